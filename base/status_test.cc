@@ -1,0 +1,72 @@
+#include "base/status.h"
+
+#include <memory>
+#include <string>
+
+#include <gtest/gtest.h>
+
+namespace meshflow {
+namespace {
+
+TEST(StatusTest, DefaultIsOk) {
+  Status s;
+  EXPECT_TRUE(s.ok());
+  EXPECT_EQ(s.ToString(), "OK");
+}
+
+TEST(StatusTest, ErrorCarriesCodeAndMessage) {
+  Status s = InvalidArgumentError("mesh dim 1 has size 0");
+  EXPECT_FALSE(s.ok());
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.ToString(), "INVALID_ARGUMENT: mesh dim 1 has size 0");
+  EXPECT_EQ(s.WithContext("Create").message(), "Create: mesh dim 1 has size 0");
+  EXPECT_TRUE(Status().WithContext("x").ok());
+}
+
+TEST(StatusOrTest, ValueAndError) {
+  StatusOr<int> v = 3;
+  ASSERT_TRUE(v.ok());
+  EXPECT_EQ(*v, 3);
+  StatusOr<int> e = OutOfRangeError("rank 9");
+  EXPECT_FALSE(e.ok());
+  EXPECT_EQ(e.status().code(), StatusCode::kOutOfRange);
+}
+
+TEST(StatusOrTest, OkStatusWithoutValueBecomesInternal) {
+  StatusOr<int> e = Status();
+  EXPECT_FALSE(e.ok());
+  EXPECT_EQ(e.status().code(), StatusCode::kInternal);
+}
+
+TEST(StatusOrTest, MoveOnlyValue) {
+  StatusOr<std::unique_ptr<int>> p = std::make_unique<int>(7);
+  ASSERT_TRUE(p.ok());
+  std::unique_ptr<int> q = std::move(p).value();
+  EXPECT_EQ(*q, 7);
+}
+
+StatusOr<int> Half(int x) {
+  if (x % 2 != 0) return InvalidArgumentError("odd value " + std::to_string(x));
+  return x / 2;
+}
+
+StatusOr<int> Quarter(int x) {
+  MF_ASSIGN_OR_RETURN(int h, Half(x));
+  MF_ASSIGN_OR_RETURN(int q, Half(h));
+  return q;
+}
+
+Status CheckQuarter(int x) {
+  MF_RETURN_IF_ERROR(Quarter(x));
+  return Status();
+}
+
+TEST(StatusMacrosTest, PropagateErrors) {
+  EXPECT_EQ(*Quarter(8), 2);
+  EXPECT_EQ(Quarter(6).status().message(), "odd value 3");
+  EXPECT_TRUE(CheckQuarter(4).ok());
+  EXPECT_EQ(CheckQuarter(2).message(), "odd value 1");
+}
+
+}  // namespace
+}  // namespace meshflow
