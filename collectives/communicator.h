@@ -1,0 +1,114 @@
+// Communicator: the collective interface every backend implements (threads, MPI, NCCL).
+//
+// A Communicator is one rank's handle on an ordered group of ranks. Ranks inside it are
+// numbered 0..size()-1 (the group order). All collectives are blocking on the CPU backends and
+// must be called by every member in the same order with matching dtype, op and counts; a
+// mismatch or a member that never arrives is reported as an error (never a hang: backends have a
+// timeout whose message names the collective, the group and the missing ranks).
+//
+// Buffers are raw element arrays of `dtype`; counts are in elements. Variable-size ("V") forms
+// take one count per group rank and lay blocks out back to back in group-rank order, so uneven
+// and empty shards need no padding.
+//
+// Reductions are deterministic: element-wise in group-rank order (0, 1, ..., n-1); bf16 is
+// reduced in float and rounded once; kAvg divides the sum by size() (integer division truncates
+// toward zero for i32/i64).
+//
+// Sub-groups come from Split (MPI_Comm_split semantics: collective over this communicator;
+// members with the same color form a new communicator ordered by (key, rank)).
+//
+// Byte counters: every backend counts, per world rank, the payload bytes it sent to and
+// received from other ranks (self-copies are not counted). See each backend for its algorithms.
+#ifndef MESHFLOW_COLLECTIVES_COMMUNICATOR_H_
+#define MESHFLOW_COLLECTIVES_COMMUNICATOR_H_
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "dtensor/dtype.h"
+#include "dtensor/placement.h"
+
+namespace meshflow {
+
+struct ByteCounters {
+  int64_t bytes_sent = 0;
+  int64_t bytes_received = 0;
+  friend bool operator==(const ByteCounters&, const ByteCounters&) = default;
+};
+
+// One point-to-point transfer of a grouped SendRecv. `peer` is a rank of this communicator.
+struct SendSpec {
+  int peer = 0;
+  const void* buffer = nullptr;
+  int64_t count = 0;
+};
+struct RecvSpec {
+  int peer = 0;
+  void* buffer = nullptr;
+  int64_t count = 0;
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+
+  // This rank's index in the group, and the group size.
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // World rank of this process/thread and the world ranks of the group (in group order).
+  virtual int world_rank() const = 0;
+  virtual const std::vector<int>& world_ranks() const = 0;
+  // "threads", "mpi", "nccl".
+  virtual std::string backend() const = 0;
+
+  // recv = concat over group ranks r of r's `send` (recv_counts[r] elements each).
+  // Errors: recv_counts.size() != size(), send_count != recv_counts[rank()].
+  virtual Status AllGatherV(const void* send, int64_t send_count, void* recv,
+                            std::span<const int64_t> recv_counts, DType dtype) = 0;
+  // send holds sum(counts) elements, block r being counts[r] long; rank r receives the reduction
+  // over all ranks of block r (counts[rank()] elements).
+  virtual Status ReduceScatterV(const void* send, std::span<const int64_t> counts, void* recv, DType dtype,
+                                ReduceOp op) = 0;
+  // recv = reduction of every rank's send (count elements). send == recv is allowed (in place).
+  virtual Status AllReduce(const void* send, void* recv, int64_t count, DType dtype, ReduceOp op) = 0;
+  // Rank r sends send_counts[s] elements (block s of send) to rank s; receives recv_counts[s]
+  // elements from rank s into block s of recv. Counts must agree pairwise across ranks.
+  virtual Status AllToAllV(const void* send, std::span<const int64_t> send_counts, void* recv,
+                           std::span<const int64_t> recv_counts, DType dtype) = 0;
+  // buffer on `root` is copied to every rank's buffer.
+  virtual Status Broadcast(void* buffer, int64_t count, DType dtype, int root) = 0;
+  virtual Status Barrier() = 0;
+  // Grouped point-to-point: all sends and receives of this call are posted together, so any
+  // pattern (including cycles) completes. A send to self must match a receive from self.
+  virtual Status SendRecv(std::span<const SendSpec> sends, std::span<const RecvSpec> recvs, DType dtype) = 0;
+
+  // Collective: members with the same color form a new communicator, ordered by (key, rank).
+  // A negative color opts out (returns nullptr on that rank).
+  virtual StatusOr<std::shared_ptr<Communicator>> Split(int color, int key) = 0;
+
+  // Counters of this world rank, summed over all communicators of this rank.
+  virtual ByteCounters counters() const = 0;
+  virtual void ResetCounters() = 0;
+
+  // Even-size convenience forms.
+  Status AllGather(const void* send, void* recv, int64_t count, DType dtype) {
+    std::vector<int64_t> counts(static_cast<size_t>(size()), count);
+    return AllGatherV(send, count, recv, counts, dtype);
+  }
+  Status ReduceScatter(const void* send, void* recv, int64_t count_per_rank, DType dtype, ReduceOp op) {
+    std::vector<int64_t> counts(static_cast<size_t>(size()), count_per_rank);
+    return ReduceScatterV(send, counts, recv, dtype, op);
+  }
+  Status AllToAll(const void* send, void* recv, int64_t count_per_rank, DType dtype) {
+    std::vector<int64_t> counts(static_cast<size_t>(size()), count_per_rank);
+    return AllToAllV(send, counts, recv, counts, dtype);
+  }
+};
+
+}  // namespace meshflow
+
+#endif  // MESHFLOW_COLLECTIVES_COMMUNICATOR_H_

@@ -1,0 +1,130 @@
+#include "dtensor/tensor.h"
+
+#include <cstring>
+#include <sstream>
+
+namespace meshflow {
+
+int64_t Tensor::NumElements() const {
+  int64_t n = 1;
+  for (int64_t s : shape_) n *= s;
+  return n;
+}
+
+Tensor Tensor::Zeros(DType dtype, std::vector<int64_t> shape) {
+  Tensor t;
+  t.dtype_ = dtype;
+  t.shape_ = std::move(shape);
+  t.bytes_.assign(static_cast<size_t>(t.NumElements() * DTypeSize(dtype)), std::byte{0});
+  return t;
+}
+
+Tensor Tensor::Iota(DType dtype, std::vector<int64_t> shape) {
+  Tensor t = Zeros(dtype, std::move(shape));
+  const int64_t n = t.NumElements();
+  VisitDType(dtype, [&](auto zero) {
+    using T = decltype(zero);
+    auto d = t.data<T>();
+    for (int64_t i = 0; i < n; ++i) {
+      if constexpr (std::is_same_v<T, BFloat16>) {
+        d[i] = BFloat16(static_cast<float>(i));
+      } else {
+        d[i] = static_cast<T>(i);
+      }
+    }
+  });
+  return t;
+}
+
+int64_t Tensor::FlatIndex(std::span<const int64_t> index) const {
+  int64_t flat = 0;
+  for (int d = 0; d < rank(); ++d) flat = flat * shape_[d] + index[d];
+  return flat;
+}
+
+double Tensor::GetAsDouble(int64_t flat) const {
+  return VisitDType(dtype_, [&](auto zero) -> double {
+    using T = decltype(zero);
+    if constexpr (std::is_same_v<T, BFloat16>) {
+      return static_cast<double>(static_cast<float>(data<T>()[flat]));
+    } else {
+      return static_cast<double>(data<T>()[flat]);
+    }
+  });
+}
+
+void Tensor::SetFromDouble(int64_t flat, double v) {
+  VisitDType(dtype_, [&](auto zero) {
+    using T = decltype(zero);
+    if constexpr (std::is_same_v<T, BFloat16>) {
+      data<T>()[flat] = BFloat16(static_cast<float>(v));
+    } else {
+      data<T>()[flat] = static_cast<T>(v);
+    }
+  });
+}
+
+void CopyRegion(const std::byte* src, std::span<const int64_t> src_shape, std::span<const int64_t> src_offset,
+                std::byte* dst, std::span<const int64_t> dst_shape, std::span<const int64_t> dst_offset,
+                std::span<const int64_t> extent, int64_t elem_size) {
+  const int r = static_cast<int>(extent.size());
+  for (int d = 0; d < r; ++d) {
+    if (extent[d] == 0) return;
+  }
+  if (r == 0) {
+    std::memcpy(dst, src, static_cast<size_t>(elem_size));
+    return;
+  }
+  // Merge trailing dims that are contiguous in both src and dst into one run.
+  int inner = r - 1;
+  int64_t run = extent[inner];
+  while (inner > 0 && extent[inner] == src_shape[inner] && extent[inner] == dst_shape[inner]) {
+    --inner;
+    run *= extent[inner];
+  }
+  std::vector<int64_t> src_strides(r, 1), dst_strides(r, 1);
+  for (int d = r - 2; d >= 0; --d) {
+    src_strides[d] = src_strides[d + 1] * src_shape[d + 1];
+    dst_strides[d] = dst_strides[d + 1] * dst_shape[d + 1];
+  }
+  std::vector<int64_t> idx(inner, 0);  // counters over dims [0, inner)
+  const size_t run_bytes = static_cast<size_t>(run * elem_size);
+  while (true) {
+    int64_t so = 0, doff = 0;
+    for (int d = 0; d < r; ++d) {
+      const int64_t i = d < inner ? idx[d] : 0;
+      so += (src_offset[d] + i) * src_strides[d];
+      doff += (dst_offset[d] + i) * dst_strides[d];
+    }
+    std::memcpy(dst + doff * elem_size, src + so * elem_size, run_bytes);
+    int d = inner - 1;
+    while (d >= 0 && ++idx[d] == extent[d]) idx[d--] = 0;
+    if (d < 0) break;
+  }
+}
+
+Tensor Tensor::Slice(const Box& box) const {
+  Tensor out = Zeros(dtype_, box.shape);
+  const std::vector<int64_t> zero(box.shape.size(), 0);
+  CopyRegion(raw(), shape_, box.offset, out.raw(), out.shape_, zero, box.shape, DTypeSize(dtype_));
+  return out;
+}
+
+void Tensor::Insert(std::span<const int64_t> offset, const Tensor& block) {
+  const std::vector<int64_t> zero(block.shape_.size(), 0);
+  CopyRegion(block.raw(), block.shape_, zero, raw(), shape_, offset, block.shape_, DTypeSize(dtype_));
+}
+
+std::string Tensor::ToString() const {
+  std::ostringstream os;
+  os << DTypeName(dtype_) << "[";
+  for (int d = 0; d < rank(); ++d) os << (d ? "," : "") << shape_[d];
+  os << "]{";
+  const int64_t n = NumElements();
+  for (int64_t i = 0; i < n && i < 64; ++i) os << (i ? ", " : "") << GetAsDouble(i);
+  if (n > 64) os << ", ...";
+  os << "}";
+  return os.str();
+}
+
+}  // namespace meshflow

@@ -1,0 +1,102 @@
+// Tensor: a dense, row-major, CPU-resident buffer with a dtype and a shape.
+//
+// The local part of a DTensor. Small and value-semantic (copies copy the bytes).
+//
+//   Tensor t = Tensor::Iota(DType::kF32, {2, 3});      // 0, 1, ..., 5
+//   float x = t.At<float>({1, 2});                     // 5
+//   Tensor block = t.Slice(Box{{0, 1}, {2, 2}});       // columns 1..2
+#ifndef MESHFLOW_DTENSOR_TENSOR_H_
+#define MESHFLOW_DTENSOR_TENSOR_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "dtensor/box.h"
+#include "dtensor/dtype.h"
+
+namespace meshflow {
+
+class Tensor {
+ public:
+  Tensor() = default;  // an f32 scalar (rank 0, one element) holding 0
+  // Zero-filled. Precondition: sizes >= 0.
+  static Tensor Zeros(DType dtype, std::vector<int64_t> shape);
+  // Element i (row-major) holds the value i converted to dtype (bf16 rounds).
+  static Tensor Iota(DType dtype, std::vector<int64_t> shape);
+  // Errors: values.size() != prod(shape).
+  template <typename T>
+  static StatusOr<Tensor> FromVector(std::vector<int64_t> shape, const std::vector<T>& values);
+
+  DType dtype() const { return dtype_; }
+  const std::vector<int64_t>& shape() const { return shape_; }
+  int rank() const { return static_cast<int>(shape_.size()); }
+  int64_t NumElements() const;
+  int64_t NumBytes() const { return static_cast<int64_t>(bytes_.size()); }
+
+  std::byte* raw() { return bytes_.data(); }
+  const std::byte* raw() const { return bytes_.data(); }
+  // Precondition: T matches dtype().
+  template <typename T>
+  std::span<T> data() {
+    return {reinterpret_cast<T*>(bytes_.data()), static_cast<size_t>(NumElements())};
+  }
+  template <typename T>
+  std::span<const T> data() const {
+    return {reinterpret_cast<const T*>(bytes_.data()), static_cast<size_t>(NumElements())};
+  }
+  template <typename T>
+  T& At(std::span<const int64_t> index) {
+    return data<T>()[FlatIndex(index)];
+  }
+  template <typename T>
+  const T& At(std::span<const int64_t> index) const {
+    return data<T>()[FlatIndex(index)];
+  }
+  int64_t FlatIndex(std::span<const int64_t> index) const;
+
+  // Element i as a double (for printing and tolerant comparisons).
+  double GetAsDouble(int64_t flat) const;
+  void SetFromDouble(int64_t flat, double v);
+
+  // Copy of the sub-block `box` (in this tensor's coordinates). Precondition: box inside shape.
+  Tensor Slice(const Box& box) const;
+  // Writes `block` into this tensor at `offset`. Precondition: fits, same dtype.
+  void Insert(std::span<const int64_t> offset, const Tensor& block);
+
+  // Exact byte equality of dtype, shape and data.
+  friend bool operator==(const Tensor& a, const Tensor& b) {
+    return a.dtype_ == b.dtype_ && a.shape_ == b.shape_ && a.bytes_ == b.bytes_;
+  }
+  // "f32[2,3]{0, 1, 2, 3, 4, 5}" (data elided past 64 elements).
+  std::string ToString() const;
+
+ private:
+  DType dtype_ = DType::kF32;
+  std::vector<int64_t> shape_;
+  std::vector<std::byte> bytes_ = std::vector<std::byte>(4);
+};
+
+// Copies the region `extent` from src (at src_offset) to dst (at dst_offset); both row-major
+// with the given shapes. Innermost runs are memcpy'd. Precondition: regions fit.
+void CopyRegion(const std::byte* src, std::span<const int64_t> src_shape, std::span<const int64_t> src_offset,
+                std::byte* dst, std::span<const int64_t> dst_shape, std::span<const int64_t> dst_offset,
+                std::span<const int64_t> extent, int64_t elem_size);
+
+template <typename T>
+StatusOr<Tensor> Tensor::FromVector(std::vector<int64_t> shape, const std::vector<T>& values) {
+  Tensor t = Zeros(DTypeOf<T>::value, std::move(shape));
+  if (static_cast<int64_t>(values.size()) != t.NumElements()) {
+    return InvalidArgumentError("FromVector: " + std::to_string(values.size()) + " values for a tensor of " +
+                                std::to_string(t.NumElements()) + " elements");
+  }
+  std::copy(values.begin(), values.end(), t.data<T>().begin());
+  return t;
+}
+
+}  // namespace meshflow
+
+#endif  // MESHFLOW_DTENSOR_TENSOR_H_

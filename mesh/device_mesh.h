@@ -1,0 +1,96 @@
+// DeviceMesh: an N-D grid of ranks with optional dim names.
+//
+// Ranks are laid out row-major over the mesh shape: in a 2x3 mesh, rank 4 sits at coordinate
+// (1, 1). A mesh may be a sub-mesh of a larger world (see `Slice`): it then holds the world
+// ranks of its members, still row-major over its own shape.
+//
+// The group of mesh dim d for a rank is the ordered list of ranks that differ from it only in
+// coordinate d, ordered by that coordinate. The group of a set of mesh dims {d1, d2, ...} is the
+// flattened group: all ranks that differ only in those coordinates, ordered row-major over the
+// dims in the order given (so {0, 1} and {1, 0} hold the same ranks in different orders).
+//
+// Example:
+//   MF_ASSIGN_OR_RETURN(DeviceMesh mesh, DeviceMesh::Create({2, 2}, {"dp", "tp"}));
+//   mesh.Group(/*rank=*/3, /*dim=*/0)   ->  {1, 3}
+//   mesh.Group(3, {0, 1})               ->  {0, 1, 2, 3}
+//   mesh.Slice({"tp"}, 3)               ->  1-D mesh "tp" over world ranks {2, 3}
+#ifndef MESHFLOW_MESH_DEVICE_MESH_H_
+#define MESHFLOW_MESH_DEVICE_MESH_H_
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/status.h"
+
+namespace meshflow {
+
+class DeviceMesh {
+ public:
+  // A mesh over world ranks 0..prod(shape)-1. Errors: empty shape, a size < 1, names given but
+  // not one per dim, an empty or duplicate name.
+  static StatusOr<DeviceMesh> Create(std::vector<int64_t> shape, std::vector<std::string> names = {});
+  // A mesh over explicit world ranks (row-major over `shape`). Errors as Create, plus a rank
+  // count != prod(shape), a negative or duplicate rank.
+  static StatusOr<DeviceMesh> CreateWithRanks(std::vector<int64_t> shape, std::vector<int> ranks,
+                                              std::vector<std::string> names = {});
+
+  int ndim() const { return static_cast<int>(shape_.size()); }
+  // Number of ranks in the mesh.
+  int size() const { return static_cast<int>(ranks_.size()); }
+  const std::vector<int64_t>& shape() const { return shape_; }
+  // Precondition: 0 <= d < ndim().
+  int64_t dim_size(int d) const { return shape_[d]; }
+  // Empty when the mesh has no names.
+  const std::vector<std::string>& names() const { return names_; }
+  // World ranks of the members, row-major over shape().
+  const std::vector<int>& ranks() const { return ranks_; }
+
+  // Index of the dim called `name`. Errors: the mesh has no dim of that name.
+  StatusOr<int> DimIndex(std::string_view name) const;
+  // Name of dim d, or "d<d>" when the mesh is unnamed.
+  std::string DimName(int d) const;
+
+  bool Contains(int rank) const;
+  // Position (0..size-1) of a world rank in ranks(). Errors: rank not in the mesh.
+  StatusOr<int> IndexOf(int rank) const;
+  // Coordinate of a world rank. Errors: rank not in the mesh.
+  StatusOr<std::vector<int64_t>> Coordinate(int rank) const;
+  // World rank at a coordinate. Errors: wrong length, a component out of range.
+  StatusOr<int> RankAt(std::span<const int64_t> coord) const;
+
+  // Ordered group of mesh dim `dim` containing `rank`. Errors: dim or rank out of range.
+  StatusOr<std::vector<int>> Group(int rank, int dim) const;
+  // Flattened group over a set of mesh dims (order given by `dims`). Errors: dim out of range or
+  // repeated, rank not in the mesh. An empty `dims` gives {rank}.
+  StatusOr<std::vector<int>> Group(int rank, std::span<const int> dims) const;
+  // All groups of `dims`: a partition of ranks(); groups ordered by their first member.
+  StatusOr<std::vector<std::vector<int>>> AllGroups(std::span<const int> dims) const;
+
+  // The sub-mesh over the named dims (kept in the order given) that contains `rank`. Errors:
+  // unknown or repeated name, rank not in the mesh.
+  StatusOr<DeviceMesh> Slice(std::span<const std::string> names, int rank) const;
+
+  // "mesh(2x2, [dp, tp])" or "mesh(2x2)"; sub-meshes append their ranks.
+  std::string ToString() const;
+
+  friend bool operator==(const DeviceMesh& a, const DeviceMesh& b) {
+    return a.shape_ == b.shape_ && a.names_ == b.names_ && a.ranks_ == b.ranks_;
+  }
+
+ private:
+  DeviceMesh() = default;
+  Status CheckDims(std::span<const int> dims) const;
+
+  std::vector<int64_t> shape_;
+  std::vector<int64_t> strides_;  // row-major strides over shape_
+  std::vector<std::string> names_;
+  std::vector<int> ranks_;
+  bool identity_ranks_ = true;  // ranks_[i] == i
+};
+
+}  // namespace meshflow
+
+#endif  // MESHFLOW_MESH_DEVICE_MESH_H_
