@@ -1,0 +1,67 @@
+// Plan: a sequence of steps that turns a DTensor from one Layout into another.
+//
+// This header is the contract between the planner (which chooses steps) and the executor in
+// collectives/ (which runs them). Each step records the full layouts before and after it, so the
+// executor can derive every transfer from box arithmetic alone:
+//
+//   kind            group (mesh_dims)            what moves
+//   all_gather      flattened group of dims      S -> R on those dims: every member gets the union
+//   reduce_scatter  flattened group of dims      P -> S: reduce, each member keeps its target box
+//   all_reduce      flattened group of dims      P -> R on those dims
+//   all_to_all      flattened group of dims      S(i) -> S(j): member p receives from member q
+//                                                Intersect(from box of q, to box of p)
+//   local_slice     (no communication)           R -> S: keep Intersect(from box, to box)
+//   local_partial   (no communication)           R -> P: sum keeps coordinate 0, zeros elsewhere
+//   send_recv       all mesh dims                direct: see planner/direct.h
+//
+// A step may change several mesh dims at once (one collective over their flattened group); the
+// flattened group order is row-major over `mesh_dims` in the order given.
+#ifndef MESHFLOW_PLANNER_PLAN_H_
+#define MESHFLOW_PLANNER_PLAN_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "dtensor/dtype.h"
+#include "dtensor/layout.h"
+
+namespace meshflow {
+
+enum class StepKind { kAllGather, kReduceScatter, kAllReduce, kAllToAll, kLocalSlice, kLocalPartial, kSendRecv };
+
+// "all_gather", "reduce_scatter", "all_reduce", "all_to_all", "local_slice", "local_partial",
+// "send_recv".
+std::string_view StepKindName(StepKind kind);
+
+struct PlanStep {
+  StepKind kind;
+  std::vector<int> mesh_dims;  // the group (see above)
+  int tensor_dim = -1;         // dim gathered / scattered / sliced; all_to_all: source shard dim
+  int dst_tensor_dim = -1;     // all_to_all: target shard dim; -1 otherwise
+  Layout from;
+  Layout to;
+  int64_t bytes_per_rank = 0;  // modelled payload bytes received by the busiest rank
+  double modelled_us = 0;      // cost model time of this step
+};
+
+struct Plan {
+  Layout from;
+  Layout to;
+  DType dtype = DType::kF32;
+  std::string planner;  // "optimal", "greedy", "direct"
+  std::vector<PlanStep> steps;
+  double modelled_us = 0;
+  // Modelled payload bytes each rank receives over the whole plan, in mesh().ranks() order.
+  std::vector<int64_t> bytes_received_per_rank;
+  int64_t max_bytes_received_per_rank = 0;
+  // Max over ranks of the lower bound (bytes of the target box not in the source box); absent
+  // when the source has Partial placements.
+  std::optional<int64_t> lower_bound_bytes_per_rank;
+};
+
+}  // namespace meshflow
+
+#endif  // MESHFLOW_PLANNER_PLAN_H_
