@@ -183,7 +183,7 @@ int64_t Layout::NumHolders(std::span<const int64_t> index) const {
 }
 
 std::string Layout::PlacementsString() const {
-  std::string out = ToString(placements_);
+  std::string out = ::meshflow::ToString(std::span<const Placement>(placements_));
   if (!has_default_shard_order()) {
     out += " order {";
     bool first = true;
