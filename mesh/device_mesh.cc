@@ -14,11 +14,32 @@ std::string JoinInts(std::span<const int64_t> v, const char* sep) {
   return os.str();
 }
 
+// Number of ranks of a mesh shape. Errors: empty shape, a size < 1, more than 2^30 ranks.
+StatusOr<int64_t> CheckedSize(std::span<const int64_t> shape) {
+  if (shape.empty()) return InvalidArgumentError("mesh shape is empty; a mesh needs at least one dim");
+  constexpr int64_t kMaxRanks = int64_t{1} << 30;
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] < 1) {
+      return InvalidArgumentError("mesh dim " + std::to_string(d) + " has size " +
+                                  std::to_string(shape[d]) + " (mesh shape " + JoinInts(shape, "x") +
+                                  "); every size must be >= 1");
+    }
+  }
+  int64_t n = 1;
+  for (int64_t s : shape) {
+    // n <= kMaxRanks here, so the check below cannot overflow.
+    if (s > kMaxRanks / n) return InvalidArgumentError("mesh shape " + JoinInts(shape, "x") + " is too large");
+    n *= s;
+  }
+  return n;
+}
+
 }  // namespace
 
 StatusOr<DeviceMesh> DeviceMesh::Create(std::vector<int64_t> shape, std::vector<std::string> names) {
-  int64_t n = 1;
-  for (int64_t s : shape) n *= (s > 0 ? s : 1);
+  // Validate the shape before allocating the rank list: a bad or huge shape must give an error,
+  // not an overflow or an allocation failure.
+  MF_ASSIGN_OR_RETURN(const int64_t n, CheckedSize(shape));
   std::vector<int> ranks(static_cast<size_t>(n));
   std::iota(ranks.begin(), ranks.end(), 0);
   return CreateWithRanks(std::move(shape), std::move(ranks), std::move(names));
@@ -26,17 +47,7 @@ StatusOr<DeviceMesh> DeviceMesh::Create(std::vector<int64_t> shape, std::vector<
 
 StatusOr<DeviceMesh> DeviceMesh::CreateWithRanks(std::vector<int64_t> shape, std::vector<int> ranks,
                                                  std::vector<std::string> names) {
-  if (shape.empty()) return InvalidArgumentError("mesh shape is empty; a mesh needs at least one dim");
-  int64_t n = 1;
-  for (size_t d = 0; d < shape.size(); ++d) {
-    if (shape[d] < 1) {
-      return InvalidArgumentError("mesh dim " + std::to_string(d) + " has size " +
-                                  std::to_string(shape[d]) + " (mesh shape " + JoinInts(shape, "x") +
-                                  "); every size must be >= 1");
-    }
-    n *= shape[d];
-    if (n > (int64_t{1} << 30)) return InvalidArgumentError("mesh shape " + JoinInts(shape, "x") + " is too large");
-  }
+  MF_ASSIGN_OR_RETURN(const int64_t n, CheckedSize(shape));
   if (!names.empty()) {
     if (names.size() != shape.size()) {
       return InvalidArgumentError("mesh has " + std::to_string(shape.size()) + " dims but " +

@@ -1,0 +1,41 @@
+#!/bin/bash
+# Contract tests of the dtplan CLI (flags, JSON keys, exit codes). Users script it: keep stable.
+set -u
+DTPLAN="$(dirname "$0")/dtplan"
+[ -x "$DTPLAN" ] || DTPLAN="$TEST_SRCDIR/$TEST_WORKSPACE/tools/dtplan"
+fails=0
+check() {  # check NAME CONDITION-RESULT
+  if [ "$2" = 0 ]; then echo "ok   $1"; else echo "FAIL $1"; fails=$((fails + 1)); fi
+}
+
+out=$("$DTPLAN" --mesh 2x2 --shape 8,8 --from 'S(0),S(1)' --to 'S(1),S(0)' --json --execute)
+rc=$?
+check "json+execute exits 0" $rc
+for key in '"steps"' '"kind"' '"mesh_dims"' '"tensor_dim"' '"bytes_per_rank"' '"modelled_us"' \
+           '"max_bytes_received_per_rank"' '"lower_bound_bytes_per_rank"' '"planner"' '"verified":true' \
+           '"measured_max_bytes_received_per_rank"'; do
+  echo "$out" | grep -q "$key"; check "json has $key" $?
+done
+
+out=$("$DTPLAN" --mesh 2x2x2 --names dp,tp,cp --shape 8,8,8 --from 'S(0),S(1),S(2)' --to 'S(2),S(1),S(0)' --show --execute)
+check "text+show+execute exits 0" $?
+echo "$out" | grep -q "verified=true"; check "text reports verified=true" $?
+echo "$out" | grep -qi "lower bound"; check "text reports the lower bound" $?
+
+out=$("$DTPLAN" --mesh 2 --shape 5 --from 'P' --to 'S(0)' --json --dump)
+check "partial source with dump exits 0" $?
+echo "$out" | grep -q '"lower_bound_bytes_per_rank":null'; check "partial source has null lower bound" $?
+echo "$out" | grep -q '"ranks":\[{"rank":0,"offset":\[0\],"local_shape":\[3\],"data":\[0,1,2\]}'; check "dump of rank 0" $?
+
+out=$("$DTPLAN" --mesh 2x2 --shape 7,5 --from 'S(0),S(0)' --to 'R,S(1)' --planner greedy --json --execute)
+check "greedy planner exits 0" $?
+echo "$out" | grep -q '"planner":"greedy"'; check "planner field is greedy" $?
+
+"$DTPLAN" --mesh 2x0 --shape 4 --from R --to R >/dev/null 2>&1; [ $? = 2 ]; check "bad mesh exits 2" $?
+"$DTPLAN" --mesh 2 --shape 4 --from 'S(3)' --to R >/dev/null 2>&1; [ $? = 2 ]; check "shard dim out of range exits 2" $?
+"$DTPLAN" --mesh 2 --shape 4 --from 'P(sum)' --to 'P(max)' >/dev/null 2>&1; [ $? = 2 ]; check "Partial to other Partial exits 2" $?
+err=$("$DTPLAN" --mesh 2 --shape 4 --from 'Q' --to R 2>&1 >/dev/null); echo "$err" | grep -q "bad placement 'Q'"; check "bad placement message names the text" $?
+"$DTPLAN" --mesh 2 --shape 4 --from R >/dev/null 2>&1; [ $? = 2 ]; check "missing --to exits 2" $?
+"$DTPLAN" --mesh 2 --shape 4 --from R --to R --bogus >/dev/null 2>&1; [ $? = 2 ]; check "unknown flag exits 2" $?
+
+[ $fails = 0 ]
