@@ -1,6 +1,7 @@
 // Box: a hyper-rectangle of tensor indices, one half-open interval per tensor dim.
 //
-// Every local shard of a DTensor is a box of the global tensor (see shard_math.h).
+// Every local shard of a DTensor is a box of the global tensor (see Layout::LocalBoxAt in
+// layout.h).
 #ifndef MESHFLOW_DTENSOR_BOX_H_
 #define MESHFLOW_DTENSOR_BOX_H_
 

@@ -1,6 +1,7 @@
 #include "dtensor/layout.h"
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <sstream>
 
@@ -72,7 +73,7 @@ StatusOr<ShardOrder> ParseShardOrder(std::string_view text) {
   ShardOrder out;
   std::string s;
   for (char c : text) {
-    if (c != ' ') s += c;
+    if (!std::isspace(static_cast<unsigned char>(c))) s += c;
   }
   if (s.empty()) return out;
   auto bad = [&](std::string why) {
@@ -94,6 +95,8 @@ StatusOr<ShardOrder> ParseShardOrder(std::string_view text) {
     if (ec != std::errc() || p != item.data() + colon || t < 0 || t > 64) return bad("bad tensor dim in '" + item + "'");
     std::vector<int> dims;
     const std::string list = item.substr(colon + 2, item.size() - colon - 3);
+    if (list.empty()) return bad("entry '" + item + "' lists no mesh dims");
+    if (list.back() == ',') return bad("bad mesh dim in '" + item + "'");
     size_t q = 0;
     while (q < list.size()) {
       size_t e = list.find(',', q);

@@ -8,6 +8,7 @@
 #ifndef MESHFLOW_DTENSOR_TENSOR_H_
 #define MESHFLOW_DTENSOR_TENSOR_H_
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -27,7 +28,7 @@ class Tensor {
   static Tensor Zeros(DType dtype, std::vector<int64_t> shape);
   // Element i (row-major) holds the value i converted to dtype (bf16 rounds).
   static Tensor Iota(DType dtype, std::vector<int64_t> shape);
-  // Errors: values.size() != prod(shape).
+  // Errors: a negative size; values.size() != prod(shape).
   template <typename T>
   static StatusOr<Tensor> FromVector(std::vector<int64_t> shape, const std::vector<T>& values);
 
@@ -88,6 +89,14 @@ void CopyRegion(const std::byte* src, std::span<const int64_t> src_shape, std::s
 
 template <typename T>
 StatusOr<Tensor> Tensor::FromVector(std::vector<int64_t> shape, const std::vector<T>& values) {
+  // Checked before Zeros: a negative size would otherwise become a huge allocation (or, with an
+  // even number of negative sizes, a tensor with a negative shape).
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] < 0) {
+      return InvalidArgumentError("FromVector: shape has negative size " + std::to_string(shape[d]) + " at dim " +
+                                  std::to_string(d));
+    }
+  }
   Tensor t = Zeros(DTypeOf<T>::value, std::move(shape));
   if (static_cast<int64_t>(values.size()) != t.NumElements()) {
     return InvalidArgumentError("FromVector: " + std::to_string(values.size()) + " values for a tensor of " +
