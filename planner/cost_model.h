@@ -1,0 +1,124 @@
+// Cost model of the redistribution planner: topology, alpha-beta collective times, bytes moved.
+//
+// Topology. Every mesh dim is either intra-node (NVLink-like) or inter-node (network). Defaults
+// (documented constants, see Topology below): intra 150 GB/s and 2 us per hop; inter 25 GB/s and
+// 10 us per hop; every mesh dim intra-node. Text form (ParseTopology / ToString):
+//
+//   "intra=1,2;bw_intra=150;bw_inter=25;lat_intra=2;lat_inter=10"
+//
+// `intra=` lists the intra-node mesh dims (the others are inter-node); `intra=all` (or leaving
+// `intra` out) makes every dim intra-node; `intra=` with nothing after it makes every dim
+// inter-node. Bandwidths are GB/s (1e9 bytes/s), latencies microseconds.
+//
+// Collective times (alpha-beta). A group of g ranks spanning mesh dims M uses the slowest link
+// of M: alpha = max latency over M, bw = min bandwidth over M. B is the per-rank buffer of the
+// busiest rank, in bytes:
+//
+//   all_gather      (g-1)*alpha + (g-1)/g * B/bw     B = full output (target box)
+//   reduce_scatter  (g-1)*alpha + (g-1)/g * B/bw     B = full input (source box)
+//   all_reduce     2(g-1)*alpha + 2(g-1)/g * B/bw    B = the buffer (source box)
+//   all_to_all      (g-1)*alpha + (g-1)/g * B/bw     B = max(source box, target box)
+//   local_slice, local_partial: 0
+//   send_recv (direct): per rank, incoming = sum over its incoming transfers of
+//       alpha(path) + bytes/bw(path), path = the mesh dims on which source and destination
+//       coordinates differ; outgoing likewise over its sends; step time = max over ranks of
+//       max(incoming, outgoing).
+//
+// Bytes received per rank (exactly what the in-process backend counts, so measured == modelled),
+// in elements times the dtype size:
+//   all_gather      elements of the new box not in the old box
+//   reduce_scatter  (g-1) * elements of the rank's new box
+//   all_to_all      sum over the other group members q of |Intersect(from_box(q), to_box(p))|
+//   all_reduce      a reduce-scatter + all-gather over g torch.chunk chunks of the count
+//                   (chunk = ceil(count/g), chunk c = [c*chunk, min(count, (c+1)*chunk))):
+//                   the rank at group position p receives (g-1)*|chunk p| + (count - |chunk p|)
+//   local steps     0
+//   send_recv       the sum of its incoming DirectTransfers (planner/direct.h)
+//
+// Example:
+//   MF_ASSIGN_OR_RETURN(Topology topo, ParseTopology("intra=1;bw_inter=12.5"));
+//   MF_ASSIGN_OR_RETURN(StepModel m, ModelStep(step, DType::kF32, topo));
+#ifndef MESHFLOW_PLANNER_COST_MODEL_H_
+#define MESHFLOW_PLANNER_COST_MODEL_H_
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/status.h"
+#include "dtensor/dtype.h"
+#include "planner/plan.h"
+
+namespace meshflow {
+
+struct Topology {
+  // Default constants.
+  static constexpr double kDefaultBandwidthIntraGBps = 150.0;  // NVLink-like
+  static constexpr double kDefaultBandwidthInterGBps = 25.0;   // 200 Gb/s network
+  static constexpr double kDefaultLatencyIntraUs = 2.0;
+  static constexpr double kDefaultLatencyInterUs = 10.0;
+
+  // Intra-node mesh dims; nullopt = every mesh dim is intra-node (the default).
+  std::optional<std::vector<int>> intra_dims;
+  double bw_intra_gbps = kDefaultBandwidthIntraGBps;
+  double bw_inter_gbps = kDefaultBandwidthInterGBps;
+  double lat_intra_us = kDefaultLatencyIntraUs;
+  double lat_inter_us = kDefaultLatencyInterUs;
+
+  bool IsIntra(int mesh_dim) const;
+  double BandwidthGBps(int mesh_dim) const { return IsIntra(mesh_dim) ? bw_intra_gbps : bw_inter_gbps; }
+  double LatencyUs(int mesh_dim) const { return IsIntra(mesh_dim) ? lat_intra_us : lat_inter_us; }
+
+  // "intra=all;bw_intra=150;bw_inter=25;lat_intra=2;lat_inter=10" (numbers round-trip exactly).
+  std::string ToString() const;
+
+  friend bool operator==(const Topology&, const Topology&) = default;
+};
+
+// Parses the text form above; keys may come in any order and be left out (defaults). Errors
+// (INVALID_ARGUMENT, naming the bad item): unknown key, missing '=', a bad number, a bandwidth
+// <= 0, a negative latency, a negative or repeated mesh dim.
+StatusOr<Topology> ParseTopology(std::string_view text);
+
+// The slowest link of a group spanning `mesh_dims`: alpha = max latency, bw = min bandwidth.
+// An empty set gives alpha 0 and an infinite bandwidth.
+struct Link {
+  double alpha_us = 0;
+  double bw_gbps = 0;
+};
+Link LinkOf(const Topology& topo, std::span<const int> mesh_dims);
+
+// Alpha-beta times (microseconds) of one collective over g ranks with busiest buffer B bytes.
+// Precondition: g >= 1, bytes >= 0. g == 1 costs 0.
+double AllGatherUs(int64_t g, int64_t bytes, Link link);
+double ReduceScatterUs(int64_t g, int64_t bytes, Link link);
+double AllReduceUs(int64_t g, int64_t bytes, Link link);
+double AllToAllUs(int64_t g, int64_t bytes, Link link);
+
+// Bytes received by the rank at group position p (0-based) of an all-reduce over g ranks of
+// `count` elements (see the header comment), in elements.
+int64_t AllReduceElementsReceived(int64_t count, int64_t g, int64_t p);
+
+struct StepModel {
+  std::vector<int64_t> bytes_per_rank;  // mesh().ranks() order
+  double us = 0;
+};
+
+// Models one step (its kind, mesh_dims, from and to). Errors: a mesh dim out of range; for
+// send_recv, the errors of DirectTransfers.
+StatusOr<StepModel> ModelStep(const PlanStep& step, DType dtype, const Topology& topo);
+
+// Fills every step's bytes_per_rank and modelled_us, and the plan's modelled_us,
+// bytes_received_per_rank, max_bytes_received_per_rank and lower_bound_bytes_per_rank.
+Status FillPlanCosts(Plan& plan, const Topology& topo);
+
+// The modelled time in integer picoseconds: the planner compares and sums these so that ties
+// are exact (no floating-point reassociation differences between equal-cost paths).
+int64_t CostUnits(double us);
+
+}  // namespace meshflow
+
+#endif  // MESHFLOW_PLANNER_COST_MODEL_H_

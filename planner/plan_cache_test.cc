@@ -1,0 +1,83 @@
+// Tests of PlanCache: hits and misses, key sensitivity (order, dtype, topology), sharing across
+// threads.
+#include "planner/plan_cache.h"
+
+#include <gtest/gtest.h>
+
+#include <thread>
+#include <vector>
+
+#include "planner/test_util.h"
+
+namespace meshflow {
+namespace {
+
+using testing::MakeLayout;
+using testing::MakeMesh;
+
+TEST(PlanCacheTest, HitsAndMisses) {
+  PlanCache cache;
+  const DeviceMesh m = MakeMesh({2, 2});
+  const Layout a = MakeLayout({8, 8}, m, "S(0),S(0)");
+  const Layout b = MakeLayout({8, 8}, m, "R,S(1)");
+  StatusOr<std::shared_ptr<const Plan>> p1 = cache.GetOrPlan(a, b, DType::kF32, Topology());
+  ASSERT_TRUE(p1.ok()) << p1.status();
+  EXPECT_EQ(cache.hits(), 0);
+  EXPECT_EQ(cache.misses(), 1);
+  StatusOr<std::shared_ptr<const Plan>> p2 = cache.GetOrPlan(a, b, DType::kF32, Topology());
+  ASSERT_TRUE(p2.ok());
+  EXPECT_EQ(cache.hits(), 1);
+  EXPECT_EQ(p1->get(), p2->get());  // the same shared plan
+  // Every part of the key matters.
+  ASSERT_TRUE(cache.GetOrPlan(a, b, DType::kF64, Topology()).ok());
+  ASSERT_TRUE(cache.GetOrPlan(a, b, DType::kF32, *ParseTopology("intra=1")).ok());
+  ASSERT_TRUE(cache.GetOrPlan(MakeLayout({8, 8}, m, "S(0),S(0)", "0:[1,0]"), b, DType::kF32, Topology()).ok());
+  ASSERT_TRUE(cache.GetOrPlan(a, b, DType::kF32, Topology()).ok());
+  EXPECT_EQ(cache.misses(), 4);
+  EXPECT_EQ(cache.hits(), 2);
+  EXPECT_EQ(cache.size(), 4u);
+  // Errors are not cached.
+  EXPECT_FALSE(cache.GetOrPlan(a, MakeLayout({8, 9}, m, "R,R"), DType::kF32, Topology()).ok());
+  EXPECT_EQ(cache.size(), 4u);
+  cache.Clear();
+  EXPECT_EQ(cache.size(), 0u);
+  EXPECT_EQ(cache.hits(), 0);
+}
+
+TEST(PlanCacheTest, KeyDistinguishesMeshNamesAndRanks) {
+  const DeviceMesh plain = MakeMesh({2});
+  const DeviceMesh named = *DeviceMesh::Create({2}, {"tp"});
+  const DeviceMesh other = *DeviceMesh::CreateWithRanks({2}, {4, 5});
+  const std::string k1 = PlanCache::Key(MakeLayout({4}, plain, "S(0)"), MakeLayout({4}, plain, "R"), DType::kF32, {});
+  const std::string k2 = PlanCache::Key(MakeLayout({4}, named, "S(0)"), MakeLayout({4}, named, "R"), DType::kF32, {});
+  const std::string k3 = PlanCache::Key(MakeLayout({4}, other, "S(0)"), MakeLayout({4}, other, "R"), DType::kF32, {});
+  EXPECT_NE(k1, k2);
+  EXPECT_NE(k1, k3);
+  EXPECT_NE(k2, k3);
+}
+
+TEST(PlanCacheTest, ThreadSafe) {
+  PlanCache cache;
+  const DeviceMesh m = MakeMesh({2, 2});
+  const std::vector<Layout> layouts = {MakeLayout({6, 5}, m, "S(0),S(1)"), MakeLayout({6, 5}, m, "S(1),S(0)"),
+                                       MakeLayout({6, 5}, m, "R,S(0)"), MakeLayout({6, 5}, m, "P,R")};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&] {
+      for (int rep = 0; rep < 3; ++rep) {
+        for (const Layout& a : layouts) {
+          for (const Layout& b : layouts) {
+            EXPECT_TRUE(cache.GetOrPlan(a, b, DType::kF32, Topology()).ok());
+          }
+        }
+      }
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  EXPECT_EQ(cache.size(), 16u);
+  EXPECT_EQ(cache.hits() + cache.misses(), 4 * 3 * 16);
+  EXPECT_GE(cache.hits(), 4 * 3 * 16 - 4 * 16);
+}
+
+}  // namespace
+}  // namespace meshflow

@@ -1,0 +1,251 @@
+#include "planner/search.h"
+
+#include <algorithm>
+#include <map>
+#include <queue>
+#include <tuple>
+
+#include "planner/transforms.h"
+
+namespace meshflow {
+namespace {
+
+// Non-empty subsets of `elems` (each ascending), in a fixed order.
+std::vector<std::vector<int>> Subsets(const std::vector<int>& elems) {
+  std::vector<std::vector<int>> out;
+  const size_t n = elems.size();
+  for (uint32_t mask = 1; mask < (1u << n); ++mask) {
+    std::vector<int> s;
+    for (size_t i = 0; i < n; ++i) {
+      if (mask & (1u << i)) s.push_back(elems[i]);
+    }
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+// Every ordering of every non-empty subset of `elems`, in a fixed order.
+std::vector<std::vector<int>> OrderedSubsets(const std::vector<int>& elems) {
+  std::vector<std::vector<int>> out;
+  for (std::vector<int> s : Subsets(elems)) {
+    std::sort(s.begin(), s.end());
+    do {
+      out.push_back(s);
+    } while (std::next_permutation(s.begin(), s.end()));
+  }
+  return out;
+}
+
+// The target with its Partial dims replaced by Replicate (what send_recv can reach).
+StatusOr<Layout> WithoutPartial(const Layout& l) {
+  if (!l.HasPartial()) return l;
+  Placements ps = l.placements();
+  for (Placement& p : ps) {
+    if (IsPartial(p)) p = Replicate{};
+  }
+  return l.WithPlacements(std::move(ps), l.shard_order());
+}
+
+Plan EmptyPlan(const Layout& from, const Layout& to, DType dtype, const char* planner) {
+  return Plan{from, to, dtype, planner, {}, 0, {}, 0, std::nullopt};
+}
+
+// Dijkstra state key: placement codes (S(t) = t, R = -1, P = -2) then the shard order.
+std::vector<int> StateKey(const Layout& l) {
+  std::vector<int> key;
+  for (const Placement& p : l.placements()) {
+    if (const auto* s = std::get_if<Shard>(&p)) {
+      key.push_back(s->dim);
+    } else {
+      key.push_back(IsReplicate(p) ? -1 : -2);
+    }
+  }
+  for (const std::vector<int>& o : l.shard_order()) {
+    key.push_back(-100);
+    key.insert(key.end(), o.begin(), o.end());
+  }
+  return key;
+}
+
+// Path cost: (picoseconds, sum of step bytes_per_rank, steps).
+using PathCost = std::tuple<int64_t, int64_t, int64_t>;
+
+}  // namespace
+
+Status CheckPlannable(const Layout& from, const Layout& to) {
+  if (!(from.mesh() == to.mesh())) {
+    return InvalidArgumentError("cannot redistribute between different meshes: " + from.mesh().ToString() + " vs " +
+                                to.mesh().ToString());
+  }
+  if (from.global_shape() != to.global_shape()) {
+    return InvalidArgumentError("cannot redistribute between different global shapes: " + from.ToString() + " vs " +
+                                to.ToString());
+  }
+  const std::optional<ReduceOp> a = from.partial_op();
+  const std::optional<ReduceOp> b = to.partial_op();
+  if (a && b && *a != *b) {
+    return InvalidArgumentError("Partial(" + std::string(ReduceOpName(*a)) + ") -> Partial(" +
+                                std::string(ReduceOpName(*b)) + ") is not supported (" + from.PlacementsString() +
+                                " -> " + to.PlacementsString() + ")");
+  }
+  return Status();
+}
+
+StatusOr<std::vector<PlanStep>> Successors(const Layout& state, const Layout& target, DType dtype,
+                                           const Topology& topo) {
+  std::vector<PlanStep> out;
+  const int nd = state.mesh().ndim();
+  const int tr = state.tensor_rank();
+  std::vector<int> shard_dims, rep_dims, partial_dims, lp_dims;
+  for (int m = 0; m < nd; ++m) {
+    const Placement& p = state.placement(m);
+    if (IsShard(p)) shard_dims.push_back(m);
+    if (IsReplicate(p)) rep_dims.push_back(m);
+    if (IsPartial(p)) partial_dims.push_back(m);
+    if (IsReplicate(p) && IsPartial(target.placement(m))) lp_dims.push_back(m);
+  }
+  auto add = [&](StatusOr<PlanStep> s) -> Status {
+    if (!s.ok()) return InternalError("planner edge rejected by its own rule: " + s.status().ToString());
+    out.push_back(std::move(s).value());
+    return Status();
+  };
+  // all_gather: sets whose dims per tensor dim form an innermost suffix.
+  for (const std::vector<int>& set : Subsets(shard_dims)) {
+    bool ok = true;
+    for (int t = 0; t < tr && ok; ++t) {
+      const std::vector<int>& o = state.shard_order()[t];
+      size_t k = 0;
+      for (int m : set) k += std::count(o.begin(), o.end(), m);
+      for (size_t i = o.size() - k; i < o.size(); ++i) {
+        if (std::find(set.begin(), set.end(), o[i]) == set.end()) ok = false;
+      }
+    }
+    if (ok) MF_RETURN_IF_ERROR(add(AllGatherStep(state, set)));
+  }
+  // all_reduce.
+  for (const std::vector<int>& set : Subsets(partial_dims)) MF_RETURN_IF_ERROR(add(AllReduceStep(state, set)));
+  // reduce_scatter.
+  for (const std::vector<int>& set : OrderedSubsets(partial_dims)) {
+    for (int t = 0; t < tr; ++t) MF_RETURN_IF_ERROR(add(ReduceScatterStep(state, set, t)));
+  }
+  // all_to_all: innermost suffixes.
+  for (int i = 0; i < tr; ++i) {
+    const std::vector<int>& o = state.shard_order()[i];
+    for (size_t k = 1; k <= o.size(); ++k) {
+      std::vector<int> suffix(o.end() - static_cast<std::ptrdiff_t>(k), o.end());
+      std::sort(suffix.begin(), suffix.end());
+      for (int j = 0; j < tr; ++j) {
+        if (j == i) continue;
+        std::vector<int> perm = suffix;
+        do {
+          MF_RETURN_IF_ERROR(add(AllToAllStep(state, perm, i, j)));
+        } while (std::next_permutation(perm.begin(), perm.end()));
+      }
+    }
+  }
+  // local_slice.
+  for (const std::vector<int>& set : OrderedSubsets(rep_dims)) {
+    for (int t = 0; t < tr; ++t) MF_RETURN_IF_ERROR(add(LocalSliceStep(state, set, t)));
+  }
+  // local_partial (only towards a Partial target).
+  if (const std::optional<ReduceOp> op = target.partial_op()) {
+    for (const std::vector<int>& set : Subsets(lp_dims)) MF_RETURN_IF_ERROR(add(LocalPartialStep(state, set, *op)));
+  }
+  // send_recv straight to the (Partial-free) target.
+  if (!state.HasPartial()) {
+    MF_ASSIGN_OR_RETURN(Layout direct_to, WithoutPartial(target));
+    if (!(direct_to == state)) MF_RETURN_IF_ERROR(add(SendRecvStep(state, direct_to)));
+  }
+  for (PlanStep& s : out) {
+    MF_ASSIGN_OR_RETURN(StepModel m, ModelStep(s, dtype, topo));
+    s.modelled_us = m.us;
+    s.bytes_per_rank = 0;
+    for (int64_t b : m.bytes_per_rank) s.bytes_per_rank = std::max(s.bytes_per_rank, b);
+  }
+  return out;
+}
+
+StatusOr<Plan> PlanRedistribution(const Layout& from, const Layout& to, DType dtype, const Topology& topo) {
+  MF_RETURN_IF_ERROR(CheckPlannable(from, to));
+  Plan plan = EmptyPlan(from, to, dtype, "optimal");
+  if (!(from == to)) {
+    std::vector<Layout> states{from};
+    std::map<std::vector<int>, int> ids{{StateKey(from), 0}};
+    std::vector<PathCost> dist{PathCost{0, 0, 0}};
+    std::vector<int> parent{-1};
+    std::vector<std::optional<PlanStep>> via{std::nullopt};
+    std::vector<bool> done{false};
+    using Entry = std::pair<PathCost, int>;
+    std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> queue;
+    queue.push({dist[0], 0});
+    const std::vector<int> target_key = StateKey(to);
+    int found = -1;
+    while (!queue.empty()) {
+      const auto [cost, id] = queue.top();
+      queue.pop();
+      if (done[id] || cost != dist[id]) continue;
+      done[id] = true;
+      if (StateKey(states[id]) == target_key) {
+        found = id;
+        break;
+      }
+      const Layout state = states[id];
+      MF_ASSIGN_OR_RETURN(std::vector<PlanStep> next, Successors(state, to, dtype, topo));
+      for (PlanStep& step : next) {
+        const PathCost c{std::get<0>(cost) + CostUnits(step.modelled_us), std::get<1>(cost) + step.bytes_per_rank,
+                         std::get<2>(cost) + 1};
+        std::vector<int> key = StateKey(step.to);
+        auto [it, inserted] = ids.emplace(std::move(key), static_cast<int>(states.size()));
+        const int nid = it->second;
+        if (inserted) {
+          states.push_back(step.to);
+          dist.push_back(c);
+          parent.push_back(id);
+          via.emplace_back(std::move(step));
+          done.push_back(false);
+          queue.push({c, nid});
+        } else if (!done[nid] && c < dist[nid]) {
+          dist[nid] = c;
+          parent[nid] = id;
+          via[nid] = std::move(step);
+          queue.push({c, nid});
+        }
+      }
+    }
+    if (found < 0) {
+      return InternalError("no plan found from " + from.ToString() + " to " + to.ToString());
+    }
+    for (int id = found; parent[id] >= 0; id = parent[id]) plan.steps.push_back(*via[id]);
+    std::reverse(plan.steps.begin(), plan.steps.end());
+  }
+  MF_RETURN_IF_ERROR(FillPlanCosts(plan, topo));
+  return plan;
+}
+
+StatusOr<Plan> PlanDirect(const Layout& from, const Layout& to, DType dtype, const Topology& topo) {
+  MF_RETURN_IF_ERROR(CheckPlannable(from, to));
+  Plan plan = EmptyPlan(from, to, dtype, "direct");
+  if (!(from == to)) {
+    if (from.HasPartial()) {
+      return InvalidArgumentError("the direct planner cannot start from a Partial layout (" + from.PlacementsString() +
+                                  "); reduce first or use PlanRedistribution");
+    }
+    MF_ASSIGN_OR_RETURN(Layout direct_to, WithoutPartial(to));
+    if (!(direct_to == from)) {
+      MF_ASSIGN_OR_RETURN(PlanStep s, SendRecvStep(from, direct_to));
+      plan.steps.push_back(std::move(s));
+    }
+    if (const std::optional<ReduceOp> op = to.partial_op()) {
+      std::vector<int> dims;
+      for (int m = 0; m < to.mesh().ndim(); ++m) {
+        if (IsPartial(to.placement(m))) dims.push_back(m);
+      }
+      MF_ASSIGN_OR_RETURN(PlanStep s, LocalPartialStep(direct_to, dims, *op));
+      plan.steps.push_back(std::move(s));
+    }
+  }
+  MF_RETURN_IF_ERROR(FillPlanCosts(plan, topo));
+  return plan;
+}
+
+}  // namespace meshflow

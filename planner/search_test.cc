@@ -1,0 +1,288 @@
+// Tests of the optimal planner: identity and errors, the DONE cases against the greedy reference,
+// and brute-force proofs of optimality over the same edge set on small meshes and shapes.
+#include "planner/search.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <functional>
+#include <limits>
+#include <map>
+
+#include "planner/direct.h"
+#include "planner/greedy_reference.h"
+#include "planner/plan_format.h"
+#include "planner/test_util.h"
+#include "planner/transforms.h"
+
+namespace meshflow {
+namespace {
+
+using testing::CheckPlan;
+using testing::MakeLayout;
+using testing::MakeMesh;
+
+TEST(SearchTest, IdentityIsEmpty) {
+  const DeviceMesh mesh = MakeMesh({2, 2});
+  const Layout a = MakeLayout({8, 8}, mesh, "S(0),P");
+  StatusOr<Plan> plan = PlanRedistribution(a, a, DType::kF32, Topology());
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_TRUE(plan->steps.empty());
+  EXPECT_EQ(plan->planner, "optimal");
+  EXPECT_EQ(plan->modelled_us, 0);
+  EXPECT_EQ(plan->bytes_received_per_rank, std::vector<int64_t>(4, 0));
+  EXPECT_FALSE(plan->lower_bound_bytes_per_rank.has_value());
+}
+
+TEST(SearchTest, Errors) {
+  const DeviceMesh m22 = MakeMesh({2, 2});
+  const DeviceMesh m4 = MakeMesh({4});
+  const Topology topo;
+  EXPECT_EQ(PlanRedistribution(MakeLayout({8}, m22, "S(0),R"), MakeLayout({8}, m4, "S(0)"), DType::kF32, topo)
+                .status()
+                .code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(PlanRedistribution(MakeLayout({8}, m4, "S(0)"), MakeLayout({9}, m4, "S(0)"), DType::kF32, topo)
+                .status()
+                .code(),
+            StatusCode::kInvalidArgument);
+  StatusOr<Plan> pp =
+      PlanRedistribution(MakeLayout({8}, m4, "P(sum)"), MakeLayout({8}, m4, "P(max)"), DType::kF32, topo);
+  EXPECT_EQ(pp.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(pp.status().message().find("Partial(sum) -> Partial(max)"), std::string::npos) << pp.status();
+  EXPECT_FALSE(PlanGreedy(MakeLayout({8}, m22, "P(avg),R"), MakeLayout({8}, m22, "R,P(sum)"), DType::kF32, topo).ok());
+  EXPECT_FALSE(PlanDirect(MakeLayout({8}, m4, "P"), MakeLayout({8}, m4, "S(0)"), DType::kF32, topo).ok());
+}
+
+TEST(SearchTest, SimpleCasesUseTheObviousCollective) {
+  const DeviceMesh m4 = MakeMesh({4});
+  const Topology topo;
+  struct Case {
+    const char* from;
+    const char* to;
+    StepKind kind;
+  };
+  for (const Case& c : {Case{"S(0)", "R", StepKind::kAllGather}, Case{"P", "R", StepKind::kAllReduce},
+                        Case{"P", "S(1)", StepKind::kReduceScatter}, Case{"R", "S(1)", StepKind::kLocalSlice},
+                        Case{"R", "P(max)", StepKind::kLocalPartial}}) {
+    SCOPED_TRACE(std::string(c.from) + " -> " + c.to);
+    StatusOr<Plan> plan =
+        PlanRedistribution(MakeLayout({64, 64}, m4, c.from), MakeLayout({64, 64}, m4, c.to), DType::kF32, topo);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    ASSERT_EQ(plan->steps.size(), 1u) << PlanToText(*plan);
+    EXPECT_EQ(plan->steps[0].kind, c.kind);
+    EXPECT_TRUE(CheckPlan(*plan).ok()) << CheckPlan(*plan);
+  }
+}
+
+TEST(SearchTest, PartialTargetGoesThroughReplicate) {
+  const DeviceMesh m22 = MakeMesh({2, 2});
+  StatusOr<Plan> plan = PlanRedistribution(MakeLayout({8, 8}, m22, "S(0),S(1)"), MakeLayout({8, 8}, m22, "P,S(1)"),
+                                           DType::kF32, Topology());
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_TRUE(CheckPlan(*plan).ok()) << CheckPlan(*plan) << PlanToText(*plan);
+  EXPECT_EQ(plan->steps.back().kind, StepKind::kLocalPartial);
+}
+
+struct DoneCase {
+  std::vector<int64_t> mesh;
+  std::vector<int64_t> shape;
+  const char* from;
+  const char* to;
+};
+
+TEST(SearchTest, DoneCasesBeatGreedyInBytes) {
+  const Topology topo;
+  for (const DoneCase& c : {DoneCase{{2, 2}, {8, 8}, "S(0),S(1)", "S(1),S(0)"},
+                            DoneCase{{2, 2, 2}, {8, 8, 8}, "S(0),S(0),S(0)", "S(1),S(1),S(1)"},
+                            DoneCase{{2, 2, 2}, {8, 8, 8}, "S(0),S(1),S(0)", "S(1),S(0),S(0)"}}) {
+    const DeviceMesh mesh = MakeMesh(c.mesh);
+    const Layout from = MakeLayout(c.shape, mesh, c.from);
+    const Layout to = MakeLayout(c.shape, mesh, c.to);
+    StatusOr<Plan> opt = PlanRedistribution(from, to, DType::kF32, topo);
+    StatusOr<Plan> greedy = PlanGreedy(from, to, DType::kF32, topo);
+    ASSERT_TRUE(opt.ok()) << opt.status();
+    ASSERT_TRUE(greedy.ok()) << greedy.status();
+    ASSERT_TRUE(CheckPlan(*opt).ok()) << CheckPlan(*opt);
+    ASSERT_TRUE(CheckPlan(*greedy).ok()) << CheckPlan(*greedy);
+    std::printf("DONE case %s -> %s:\n%s%s", c.from, c.to, PlanToText(*opt).c_str(), PlanToText(*greedy).c_str());
+    EXPECT_LT(opt->max_bytes_received_per_rank, greedy->max_bytes_received_per_rank);
+    EXPECT_LE(opt->modelled_us, greedy->modelled_us);
+    EXPECT_GE(opt->max_bytes_received_per_rank, *opt->lower_bound_bytes_per_rank);
+  }
+}
+
+TEST(SearchTest, InterNodeTopologyChangesTheChoice) {
+  // With a slow inter-node dim 0, gathering over dim 0 first (while the buffer is smallest) beats
+  // DTensor's inner-first order; with the default all-intra topology both orders cost the same.
+  const DeviceMesh mesh = MakeMesh({2, 4});
+  const Layout from = MakeLayout({1024, 1024}, mesh, "S(0),S(1)");
+  const Layout to = MakeLayout({1024, 1024}, mesh, "R,R");
+  StatusOr<Topology> topo = ParseTopology("intra=1;bw_inter=1;lat_inter=50");
+  ASSERT_TRUE(topo.ok());
+  StatusOr<Plan> plan = PlanRedistribution(from, to, DType::kF32, *topo);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_TRUE(CheckPlan(*plan).ok());
+  ASSERT_EQ(plan->steps.size(), 2u) << PlanToText(*plan);
+  EXPECT_EQ(plan->steps[0].kind, StepKind::kAllGather);
+  EXPECT_EQ(plan->steps[0].mesh_dims, std::vector<int>{0});
+  StatusOr<Plan> greedy = PlanGreedy(from, to, DType::kF32, *topo);
+  ASSERT_TRUE(greedy.ok());
+  EXPECT_LT(plan->modelled_us, greedy->modelled_us / 3);
+  EXPECT_EQ(plan->max_bytes_received_per_rank, greedy->max_bytes_received_per_rank);
+}
+
+// ---- Brute force: every sequence of up to kMaxLen steps over the same edge set. ----
+
+struct Best {
+  int64_t cost = std::numeric_limits<int64_t>::max();
+  int64_t bytes = 0;
+  size_t len = 0;
+};
+
+std::vector<int> Key(const Layout& l) {
+  std::vector<int> k;
+  for (const Placement& p : l.placements()) {
+    k.push_back(IsShard(p) ? std::get<Shard>(p).dim : (IsReplicate(p) ? -1 : -2));
+  }
+  for (const auto& o : l.shard_order()) {
+    k.push_back(-9);
+    k.insert(k.end(), o.begin(), o.end());
+  }
+  return k;
+}
+
+// Layered relaxation: best[k][state] = minimum cost over sequences of exactly <= k steps.
+Best BruteForceLayered(const Layout& from, const Layout& to, DType dtype, const Topology& topo, int max_len) {
+  std::map<std::vector<int>, std::pair<int64_t, Layout>> frontier{{Key(from), {0, from}}};
+  std::map<std::vector<int>, std::vector<PlanStep>> succ_cache;
+  Best best;
+  const std::vector<int> target = Key(to);
+  if (Key(from) == target) best.cost = 0;
+  for (int len = 1; len <= max_len; ++len) {
+    std::map<std::vector<int>, std::pair<int64_t, Layout>> next;
+    for (const auto& [key, entry] : frontier) {
+      auto it = succ_cache.find(key);
+      if (it == succ_cache.end()) {
+        StatusOr<std::vector<PlanStep>> s = Successors(entry.second, to, dtype, topo);
+        EXPECT_TRUE(s.ok()) << s.status();
+        it = succ_cache.emplace(key, s.ok() ? *s : std::vector<PlanStep>{}).first;
+      }
+      for (const PlanStep& step : it->second) {
+        const int64_t c = entry.first + CostUnits(step.modelled_us);
+        std::vector<int> k = Key(step.to);
+        if (k == target && c < best.cost) best = Best{c, 0, static_cast<size_t>(len)};
+        auto [nit, inserted] = next.emplace(k, std::make_pair(c, step.to));
+        if (!inserted && c < nit->second.first) nit->second.first = c;
+      }
+    }
+    frontier = std::move(next);
+  }
+  return best;
+}
+
+// Literal depth-first enumeration of every step sequence (small cases only).
+int64_t BruteForceDfs(const Layout& from, const Layout& to, DType dtype, const Topology& topo, int max_len) {
+  int64_t best = std::numeric_limits<int64_t>::max();
+  const std::vector<int> target = Key(to);
+  std::function<void(const Layout&, int64_t, int)> dfs = [&](const Layout& cur, int64_t cost, int depth) {
+    if (Key(cur) == target) best = std::min(best, cost);
+    if (depth == max_len) return;
+    StatusOr<std::vector<PlanStep>> s = Successors(cur, to, dtype, topo);
+    ASSERT_TRUE(s.ok()) << s.status();
+    for (const PlanStep& step : *s) dfs(step.to, cost + CostUnits(step.modelled_us), depth + 1);
+  };
+  dfs(from, 0, 0);
+  return best;
+}
+
+int64_t PlanCost(const Plan& plan) {
+  int64_t c = 0;
+  for (const PlanStep& s : plan.steps) c += CostUnits(s.modelled_us);
+  return c;
+}
+
+struct BruteCase {
+  std::vector<int64_t> mesh;
+  std::vector<int64_t> shape;
+  const char* from;
+  const char* to;
+  const char* from_order = "";
+  const char* to_order = "";
+  const char* topo = "";
+};
+
+TEST(SearchTest, BruteForceLayeredMatchesDijkstra) {
+  constexpr int kMaxLen = 5;
+  const std::vector<BruteCase> cases = {
+      {{2}, {5, 3}, "S(0)", "S(1)"},
+      {{3}, {5, 3}, "P", "S(0)"},
+      {{4}, {7}, "S(0)", "P(sum)"},
+      {{4}, {0, 5}, "S(0)", "S(1)"},
+      {{2, 2}, {5, 3}, "S(0),S(1)", "S(1),S(0)"},
+      {{2, 2}, {5, 3}, "S(0),S(0)", "R,S(0)"},
+      {{2, 2}, {7, 3}, "S(0),S(0)", "S(0),S(0)", "", "0:[1,0]"},
+      {{2, 2}, {5, 3}, "P,S(0)", "S(1),R"},
+      {{2, 2}, {5, 3}, "P,P", "S(0),S(0)", "", "", "intra=1"},
+      {{2, 2}, {8, 8}, "R,S(1)", "P,S(0)"},
+      {{2, 3}, {5, 7}, "S(1),S(0)", "S(0),S(1)"},
+      {{2, 3}, {5, 3, 7}, "S(0),S(2)", "S(2),S(0)", "", "", "intra=0;bw_inter=10"},
+      {{2, 3}, {6, 0}, "S(0),S(0)", "S(1),S(0)"},
+      {{2, 2, 2}, {8, 8, 8}, "S(0),S(1),S(0)", "S(1),S(0),S(0)"},
+      {{2, 2, 2}, {5, 3, 7}, "S(0),S(0),S(0)", "S(1),S(1),S(1)"},
+      {{2, 2, 2}, {5, 3}, "S(0),P,S(1)", "R,S(0),S(0)", "", "", "intra=2"},
+  };
+  for (const BruteCase& c : cases) {
+    SCOPED_TRACE(std::string(c.from) + " -> " + c.to);
+    const DeviceMesh mesh = MakeMesh(c.mesh);
+    const Layout from = MakeLayout(c.shape, mesh, c.from, c.from_order);
+    const Layout to = MakeLayout(c.shape, mesh, c.to, c.to_order);
+    StatusOr<Topology> topo = ParseTopology(c.topo);
+    ASSERT_TRUE(topo.ok());
+    StatusOr<Plan> plan = PlanRedistribution(from, to, DType::kF32, *topo);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    ASSERT_TRUE(CheckPlan(*plan).ok()) << CheckPlan(*plan);
+    const Best best = BruteForceLayered(from, to, DType::kF32, *topo, kMaxLen);
+    const int64_t dijkstra = PlanCost(*plan);
+    if (plan->steps.size() <= static_cast<size_t>(kMaxLen)) {
+      EXPECT_EQ(dijkstra, best.cost) << PlanToText(*plan);
+    } else {
+      EXPECT_LE(dijkstra, best.cost) << PlanToText(*plan);
+    }
+  }
+}
+
+TEST(SearchTest, BruteForceDfsMatchesDijkstraOnOneDMeshes) {
+  constexpr int kMaxLen = 4;
+  const std::vector<BruteCase> cases = {
+      {{2}, {5, 3}, "S(0)", "S(1)"},     {{3}, {5, 3}, "P(max)", "S(1)"}, {{4}, {7, 0}, "S(1)", "R"},
+      {{3}, {5, 3}, "S(1)", "P(avg)"},   {{2}, {3}, "R", "S(0)"},         {{4}, {5, 3, 7}, "S(2)", "S(0)"},
+  };
+  for (const BruteCase& c : cases) {
+    SCOPED_TRACE(std::string(c.from) + " -> " + c.to);
+    const DeviceMesh mesh = MakeMesh(c.mesh);
+    const Layout from = MakeLayout(c.shape, mesh, c.from);
+    const Layout to = MakeLayout(c.shape, mesh, c.to);
+    StatusOr<Plan> plan = PlanRedistribution(from, to, DType::kF32, Topology());
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    ASSERT_LE(plan->steps.size(), static_cast<size_t>(kMaxLen));
+    EXPECT_EQ(PlanCost(*plan), BruteForceDfs(from, to, DType::kF32, Topology(), kMaxLen)) << PlanToText(*plan);
+  }
+}
+
+TEST(SearchTest, DirectPlan) {
+  const DeviceMesh mesh = MakeMesh({2, 2});
+  const Layout from = MakeLayout({8, 8}, mesh, "S(0),S(1)");
+  const Layout to = MakeLayout({8, 8}, mesh, "S(1),P");
+  StatusOr<Plan> plan = PlanDirect(from, to, DType::kF32, Topology());
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->planner, "direct");
+  ASSERT_EQ(plan->steps.size(), 2u);
+  EXPECT_EQ(plan->steps[0].kind, StepKind::kSendRecv);
+  EXPECT_EQ(plan->steps[1].kind, StepKind::kLocalPartial);
+  EXPECT_TRUE(CheckPlan(*plan).ok()) << CheckPlan(*plan);
+  EXPECT_EQ(plan->max_bytes_received_per_rank, *plan->lower_bound_bytes_per_rank);
+}
+
+}  // namespace
+}  // namespace meshflow
