@@ -57,15 +57,15 @@ void BM_PlanOptimalCached(benchmark::State& state) {
 }
 BENCHMARK(BM_PlanOptimalCached)->DenseRange(1, 4)->Unit(benchmark::kNanosecond);
 
-void BM_PlanGreedyReference(benchmark::State& state) {
+void BM_PlanGreedy(benchmark::State& state) {
   const Problem p = MakeProblem(static_cast<int>(state.range(0)));
   const Topology topo;
   for (auto _ : state) {
-    auto plan = PlanGreedyReference(p.from, p.to, DType::kF32, topo);
+    auto plan = PlanGreedy(p.from, p.to, DType::kF32, topo);
     benchmark::DoNotOptimize(plan);
   }
 }
-BENCHMARK(BM_PlanGreedyReference)->DenseRange(1, 4)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_PlanGreedy)->DenseRange(1, 4)->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 }  // namespace meshflow

@@ -31,7 +31,7 @@ StatusOr<std::shared_ptr<const Plan>> PlanFor(const Layout& from, const Layout& 
       return cache->GetOrPlan(from, to, dtype, options.topology);
     }
     case PlannerKind::kGreedy: {
-      MF_ASSIGN_OR_RETURN(Plan plan, PlanGreedyReference(from, to, dtype, options.topology));
+      MF_ASSIGN_OR_RETURN(Plan plan, PlanGreedy(from, to, dtype, options.topology));
       return std::shared_ptr<const Plan>(std::make_shared<Plan>(std::move(plan)));
     }
     case PlannerKind::kDirect: {

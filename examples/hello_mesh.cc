@@ -72,9 +72,9 @@ Status Main() {
 
   MF_ASSIGN_OR_RETURN(Layout from, Layout::Create({8, 8}, mesh, {Shard{0}, Shard{1}}));
   MF_ASSIGN_OR_RETURN(Layout to, Layout::Create({8, 8}, mesh, {Shard{1}, Shard{0}}));
-  MF_ASSIGN_OR_RETURN(Plan plan, PlanFor(from, to, DType::kF32));
+  MF_ASSIGN_OR_RETURN(std::shared_ptr<const Plan> plan, PlanFor(from, to, DType::kF32));
   std::printf("redistribute f32[8,8] %s -> %s:\n%s\n", from.PlacementsString().c_str(),
-              to.PlacementsString().c_str(), PlanToText(plan).c_str());
+              to.PlacementsString().c_str(), PlanToText(*plan).c_str());
   const Tensor g8 = Tensor::Iota(DType::kF32, {8, 8});
   std::mutex mu;
   int bad = 0;

@@ -187,7 +187,7 @@ int Run(int argc, char** argv) {
   if (!to.ok()) return fail(to.status().WithContext("--to"));
   RedistributeOptions options;
   if (a.values.count("topology")) {
-    auto topo = ParseTopology(a.values["topology"], mesh->ndim());
+    auto topo = ParseTopology(a.values["topology"]);
     if (!topo.ok()) return fail(topo.status());
     options.topology = *topo;
   }
