@@ -1,0 +1,866 @@
+#include "collectives/threads_world.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cassert>
+#include <condition_variable>
+#include <cstddef>
+#include <cstring>
+#include <deque>
+#include <memory>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "collectives/reduce.h"
+
+namespace meshflow {
+
+namespace threads_internal {
+
+struct RankCounters {
+  std::atomic<int64_t> sent{0};
+  std::atomic<int64_t> received{0};
+};
+
+struct CounterTable {
+  explicit CounterTable(int n) : ranks(static_cast<size_t>(n)) {}
+  // Bytes moved from `from` (world rank) to `to` (world rank); self-transfers are not counted.
+  void Add(int from, int to, int64_t bytes) {
+    if (from == to || bytes == 0) return;
+    ranks[static_cast<size_t>(from)].sent.fetch_add(bytes, std::memory_order_relaxed);
+    ranks[static_cast<size_t>(to)].received.fetch_add(bytes, std::memory_order_relaxed);
+  }
+  std::vector<RankCounters> ranks;
+};
+
+}  // namespace threads_internal
+
+namespace {
+
+using threads_internal::CounterTable;
+using Clock = std::chrono::steady_clock;
+
+enum class Kind { kAllGather, kReduceScatter, kAllReduce, kAllToAll, kBroadcast, kBarrier, kSplit };
+
+const char* KindName(Kind k) {
+  switch (k) {
+    case Kind::kAllGather:
+      return "all_gather";
+    case Kind::kReduceScatter:
+      return "reduce_scatter";
+    case Kind::kAllReduce:
+      return "all_reduce";
+    case Kind::kAllToAll:
+      return "all_to_all";
+    case Kind::kBroadcast:
+      return "broadcast";
+    case Kind::kBarrier:
+      return "barrier";
+    case Kind::kSplit:
+      return "split";
+  }
+  return "?";
+}
+
+template <typename T>
+std::string ListString(const std::vector<T>& v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (i > 0) s += ",";
+    s += std::to_string(v[i]);
+  }
+  return s + "]";
+}
+
+// Pointer arithmetic that is well defined for null pointers with a zero offset.
+const std::byte* At(const void* p, int64_t bytes) {
+  return bytes == 0 ? static_cast<const std::byte*>(p) : static_cast<const std::byte*>(p) + bytes;
+}
+std::byte* At(void* p, int64_t bytes) {
+  return bytes == 0 ? static_cast<std::byte*>(p) : static_cast<std::byte*>(p) + bytes;
+}
+void Copy(void* dst, const void* src, int64_t bytes) {
+  if (bytes > 0 && dst != src) std::memmove(dst, src, static_cast<size_t>(bytes));
+}
+bool Overlap(const void* a, int64_t a_bytes, const void* b, int64_t b_bytes) {
+  if (a_bytes <= 0 || b_bytes <= 0) return false;
+  const auto pa = reinterpret_cast<uintptr_t>(a);
+  const auto pb = reinterpret_cast<uintptr_t>(b);
+  return pa < pb + static_cast<uintptr_t>(b_bytes) && pb < pa + static_cast<uintptr_t>(a_bytes);
+}
+int64_t Sum(std::span<const int64_t> v) {
+  int64_t s = 0;
+  for (int64_t x : v) s += x;
+  return s;
+}
+// Element offsets of blocks laid out back to back.
+std::vector<int64_t> Offsets(std::span<const int64_t> counts) {
+  std::vector<int64_t> off(counts.size() + 1, 0);
+  for (size_t i = 0; i < counts.size(); ++i) off[i + 1] = off[i] + counts[i];
+  return off;
+}
+
+class GroupState;
+
+// What one rank posts for a collective.
+struct Post {
+  Kind kind = Kind::kBarrier;
+  DType dtype = DType::kF32;
+  ReduceOp op = ReduceOp::kSum;
+  int root = 0;
+  int64_t count = 0;
+  std::vector<int64_t> counts;   // all_gather recv_counts, reduce_scatter counts, all_to_all send_counts
+  std::vector<int64_t> counts2;  // all_to_all recv_counts
+  const void* send = nullptr;
+  void* recv = nullptr;
+  int color = 0;
+  int key = 0;
+  // Published between the mid barrier and the end of the collective.
+  const void* staged = nullptr;
+  std::shared_ptr<GroupState> new_group;
+};
+
+// One pending point-to-point message, owned by the sender's SendRecv frame.
+struct Message {
+  enum class State { kPosted, kCopying, kDone, kFailed };
+  const void* buffer = nullptr;
+  int64_t count = 0;
+  DType dtype = DType::kF32;
+  int src = 0;
+  int dst = 0;
+  State state = State::kPosted;
+  Status error;
+};
+
+// Shared state of one group (all members hold it through their communicators).
+class GroupState {
+ public:
+  GroupState(std::vector<int> world_ranks, std::chrono::milliseconds timeout, std::shared_ptr<CounterTable> counters)
+      : world_ranks_(std::move(world_ranks)),
+        n_(static_cast<int>(world_ranks_.size())),
+        timeout_(timeout),
+        counters_(std::move(counters)),
+        posts_(static_cast<size_t>(n_)),
+        arrived_(static_cast<size_t>(n_), false),
+        mailbox_(static_cast<size_t>(n_) * static_cast<size_t>(n_)) {}
+
+  int size() const { return n_; }
+  const std::vector<int>& world_ranks() const { return world_ranks_; }
+  int world(int r) const { return world_ranks_[static_cast<size_t>(r)]; }
+  std::chrono::milliseconds timeout() const { return timeout_; }
+  CounterTable& counters() { return *counters_; }
+  const std::shared_ptr<CounterTable>& counters_ptr() const { return counters_; }
+
+  // Counts `bytes` moved from group rank `from` to group rank `to`.
+  void Count(int from, int to, int64_t bytes) { counters_->Add(world(from), world(to), bytes); }
+
+  std::string Describe(const char* what) const {
+    return std::string(what) + " on group " + ListString(world_ranks_) + " (world ranks)";
+  }
+  std::string RankName(int r) const {
+    return "group rank " + std::to_string(r) + " (world " + std::to_string(world(r)) + ")";
+  }
+
+  // Phase 1: posts `post` for `rank` and waits until every member has posted.
+  Status Arrive(int rank, Post post, const char* what) {
+    const Clock::time_point deadline = Clock::now() + timeout_;
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!broken_.ok()) return EnterBrokenError(what);
+    posts_[static_cast<size_t>(rank)] = std::move(post);
+    arrived_[static_cast<size_t>(rank)] = true;
+    if (ArriveLocked()) return Status();
+    const uint64_t gen = generation_;
+    cv_.wait_until(lock, deadline, [&] { return generation_ != gen || !broken_.ok(); });
+    if (generation_ != gen) return Status();  // completed (even if broken afterwards)
+    if (!broken_.ok()) return WaiterBrokenError(what);
+    std::vector<int> missing, missing_world;
+    for (int r = 0; r < n_; ++r) {
+      if (!arrived_[static_cast<size_t>(r)]) {
+        missing.push_back(r);
+        missing_world.push_back(world(r));
+      }
+    }
+    broken_ = DeadlineExceededError(Describe(what) + ": timed out after " + std::to_string(timeout_.count()) +
+                                    " ms (waiting at " + RankName(rank) + "); group ranks " + ListString(missing) +
+                                    " (world ranks " + ListString(missing_world) + ") did not arrive");
+    cv_.notify_all();
+    return broken_;
+  }
+
+  // Completion barrier without timeout: only called by ranks that all passed the same Arrive.
+  void Sync() {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (ArriveLocked()) return;
+    const uint64_t gen = generation_;
+    cv_.wait(lock, [&] { return generation_ != gen; });
+  }
+
+  const Post& post(int r) const { return posts_[static_cast<size_t>(r)]; }
+  // Written by rank `r` only, between Arrive and the following Sync.
+  Post& own_post(int r) { return posts_[static_cast<size_t>(r)]; }
+
+  // Marks the group broken (the first reason wins) and wakes every waiter.
+  void Break(const Status& why) {
+    std::lock_guard<std::mutex> lock(mu_);
+    BreakLocked(why);
+  }
+
+  // Grouped point-to-point (see the header).
+  Status SendRecv(int me, std::span<const SendSpec> sends, std::span<const RecvSpec> recvs, DType dtype);
+
+ private:
+  // Counts an arrival; completes the barrier when everyone is there. Requires mu_.
+  bool ArriveLocked() {
+    if (++count_ < n_) return false;
+    count_ = 0;
+    std::fill(arrived_.begin(), arrived_.end(), false);
+    ++generation_;
+    cv_.notify_all();
+    return true;
+  }
+  void BreakLocked(const Status& why) {
+    if (broken_.ok()) broken_ = why;
+    cv_.notify_all();
+  }
+  // A new call on a broken group.
+  Status EnterBrokenError(const char* what) const {
+    return AbortedError(Describe(what) + ": the group is broken by an earlier error: " + broken_.ToString());
+  }
+  // A waiter woken because the group broke during its wait: timeouts and mismatches are reported
+  // as they are (they name the collective and the ranks); anything else becomes Aborted.
+  Status WaiterBrokenError(const char* what) const {
+    if (broken_.code() == StatusCode::kDeadlineExceeded || broken_.code() == StatusCode::kFailedPrecondition) {
+      return broken_;
+    }
+    return AbortedError(Describe(what) + ": " + broken_.message());
+  }
+  std::deque<Message*>& MailboxOf(int src, int dst) {
+    return mailbox_[static_cast<size_t>(src) * static_cast<size_t>(n_) + static_cast<size_t>(dst)];
+  }
+  // Removes this rank's still-posted messages and waits for those being copied. Requires mu_.
+  void WithdrawLocked(std::unique_lock<std::mutex>& lock, std::vector<Message>& msgs) {
+    for (Message& m : msgs) {
+      if (m.state != Message::State::kPosted) continue;
+      std::deque<Message*>& box = MailboxOf(m.src, m.dst);
+      box.erase(std::remove(box.begin(), box.end(), &m), box.end());
+      m.state = Message::State::kFailed;
+    }
+    // A copy in progress is bounded (a memcpy): wait without timeout.
+    cv_.wait(lock, [&] {
+      return std::none_of(msgs.begin(), msgs.end(),
+                          [](const Message& m) { return m.state == Message::State::kCopying; });
+    });
+  }
+
+  const std::vector<int> world_ranks_;
+  const int n_;
+  const std::chrono::milliseconds timeout_;
+  const std::shared_ptr<CounterTable> counters_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<Post> posts_;
+  std::vector<bool> arrived_;
+  int count_ = 0;
+  uint64_t generation_ = 0;
+  Status broken_;
+  std::vector<std::deque<Message*>> mailbox_;
+};
+
+Status GroupState::SendRecv(int me, std::span<const SendSpec> sends, std::span<const RecvSpec> recvs, DType dtype) {
+  const char* what = "send_recv";
+  const int64_t es = DTypeSize(dtype);
+  // Validation.
+  for (size_t i = 0; i < sends.size(); ++i) {
+    const SendSpec& s = sends[i];
+    if (s.peer < 0 || s.peer >= n_) {
+      return InvalidArgumentError(Describe(what) + ": send " + std::to_string(i) + " has peer " +
+                                  std::to_string(s.peer) + " outside [0, " + std::to_string(n_) + ")");
+    }
+    if (s.count < 0) {
+      return InvalidArgumentError(Describe(what) + ": send " + std::to_string(i) + " has negative count " +
+                                  std::to_string(s.count));
+    }
+    if (s.count > 0 && s.buffer == nullptr) {
+      return InvalidArgumentError(Describe(what) + ": send " + std::to_string(i) + " has a null buffer for count " +
+                                  std::to_string(s.count));
+    }
+  }
+  for (size_t i = 0; i < recvs.size(); ++i) {
+    const RecvSpec& r = recvs[i];
+    if (r.peer < 0 || r.peer >= n_) {
+      return InvalidArgumentError(Describe(what) + ": receive " + std::to_string(i) + " has peer " +
+                                  std::to_string(r.peer) + " outside [0, " + std::to_string(n_) + ")");
+    }
+    if (r.count < 0) {
+      return InvalidArgumentError(Describe(what) + ": receive " + std::to_string(i) + " has negative count " +
+                                  std::to_string(r.count));
+    }
+    if (r.count > 0 && r.buffer == nullptr) {
+      return InvalidArgumentError(Describe(what) + ": receive " + std::to_string(i) + " has a null buffer for count " +
+                                  std::to_string(r.count));
+    }
+  }
+  std::vector<const SendSpec*> self_sends;
+  std::vector<const RecvSpec*> self_recvs;
+  for (const SendSpec& s : sends) {
+    if (s.peer == me) self_sends.push_back(&s);
+  }
+  for (const RecvSpec& r : recvs) {
+    if (r.peer == me) self_recvs.push_back(&r);
+  }
+  if (self_sends.size() != self_recvs.size()) {
+    return InvalidArgumentError(Describe(what) + ": " + std::to_string(self_sends.size()) + " sends to self but " +
+                                std::to_string(self_recvs.size()) + " receives from self at " + RankName(me));
+  }
+  for (size_t k = 0; k < self_sends.size(); ++k) {
+    if (self_sends[k]->count != self_recvs[k]->count) {
+      return InvalidArgumentError(Describe(what) + ": send to self #" + std::to_string(k) + " has count " +
+                                  std::to_string(self_sends[k]->count) + " but receive from self #" +
+                                  std::to_string(k) + " has count " + std::to_string(self_recvs[k]->count));
+    }
+  }
+
+  const Clock::time_point deadline = Clock::now() + timeout_;
+  std::vector<Message> msgs;
+  msgs.reserve(sends.size());  // stable addresses: the mailboxes hold pointers
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!broken_.ok()) return EnterBrokenError(what);
+  // 1. Post every send to a peer.
+  for (const SendSpec& s : sends) {
+    if (s.peer == me) continue;
+    msgs.push_back(Message{s.buffer, s.count, dtype, me, s.peer, Message::State::kPosted, Status()});
+    MailboxOf(me, s.peer).push_back(&msgs.back());
+  }
+  cv_.notify_all();
+  // 2. Self transfers (no peer involved).
+  lock.unlock();
+  for (size_t k = 0; k < self_sends.size(); ++k)
+    Copy(self_recvs[k]->buffer, self_sends[k]->buffer, self_sends[k]->count * es);
+  lock.lock();
+  // 3. Receives, in order.
+  Status result;
+  for (size_t i = 0; i < recvs.size() && result.ok(); ++i) {
+    const RecvSpec& r = recvs[i];
+    if (r.peer == me) continue;
+    std::deque<Message*>& box = MailboxOf(r.peer, me);
+    const bool ready = cv_.wait_until(lock, deadline, [&] { return !box.empty() || !broken_.ok(); });
+    if (!broken_.ok()) {
+      result = WaiterBrokenError(what);
+      break;
+    }
+    if (!ready) {
+      result = DeadlineExceededError(Describe(what) + ": timed out after " + std::to_string(timeout_.count()) +
+                                     " ms: " + RankName(me) + " waited for a send from peer " + RankName(r.peer) +
+                                     " (receive " + std::to_string(i) + ", " + std::to_string(r.count) + " elements)");
+      BreakLocked(result);
+      break;
+    }
+    Message* m = box.front();
+    box.pop_front();
+    if (m->dtype != dtype || m->count != r.count) {
+      m->state = Message::State::kFailed;
+      result = FailedPreconditionError(Describe(what) + ": " + RankName(m->src) + " sends " + std::to_string(m->count) +
+                                       " elements of " + std::string(DTypeName(m->dtype)) + " but " + RankName(me) +
+                                       " receives " + std::to_string(r.count) + " elements of " +
+                                       std::string(DTypeName(dtype)) + " (receive " + std::to_string(i) + ")");
+      m->error = result;
+      BreakLocked(result);
+      break;
+    }
+    m->state = Message::State::kCopying;
+    lock.unlock();
+    Copy(r.buffer, m->buffer, r.count * es);
+    Count(r.peer, me, r.count * es);
+    lock.lock();
+    m->state = Message::State::kDone;
+    cv_.notify_all();
+  }
+  // 4. Wait until every send of this call has been taken.
+  if (result.ok()) {
+    auto all_done = [&] {
+      return std::all_of(msgs.begin(), msgs.end(), [](const Message& m) {
+        return m.state == Message::State::kDone || m.state == Message::State::kFailed;
+      });
+    };
+    cv_.wait_until(lock, deadline, [&] { return all_done() || !broken_.ok(); });
+    for (const Message& m : msgs) {
+      if (m.state == Message::State::kFailed && result.ok()) result = m.error;
+    }
+    if (result.ok() && !all_done()) {
+      if (!broken_.ok()) {
+        result = WaiterBrokenError(what);
+      } else {
+        std::string names;
+        for (const Message& m : msgs) {
+          if (m.state == Message::State::kDone) continue;
+          names += (names.empty() ? "" : ", ") + RankName(m.dst);
+        }
+        result = DeadlineExceededError(Describe(what) + ": timed out after " + std::to_string(timeout_.count()) +
+                                       " ms: sends of " + RankName(me) + " were not received by peer " + names);
+        BreakLocked(result);
+      }
+    }
+  }
+  WithdrawLocked(lock, msgs);
+  return result;
+}
+
+// This Run's groups, so that a failing rank can abort all of them.
+class RunState {
+ public:
+  RunState(std::chrono::milliseconds timeout, std::shared_ptr<CounterTable> counters)
+      : timeout_(timeout), counters_(std::move(counters)) {}
+
+  std::shared_ptr<GroupState> NewGroup(std::vector<int> world_ranks) {
+    auto g = std::make_shared<GroupState>(std::move(world_ranks), timeout_, counters_);
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!aborted_.ok()) g->Break(aborted_);
+    groups_.push_back(g);
+    return g;
+  }
+
+  void Abort(const Status& why) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (aborted_.ok()) aborted_ = why;
+    for (const std::weak_ptr<GroupState>& w : groups_) {
+      if (std::shared_ptr<GroupState> g = w.lock()) g->Break(aborted_);
+    }
+  }
+
+  CounterTable& counters() { return *counters_; }
+
+ private:
+  const std::chrono::milliseconds timeout_;
+  const std::shared_ptr<CounterTable> counters_;
+  std::mutex mu_;
+  Status aborted_;
+  std::vector<std::weak_ptr<GroupState>> groups_;
+};
+
+// Checks that every member posted the same collective with agreeing arguments. Every rank runs it
+// on the same posts, so every rank reaches the same verdict.
+Status ValidatePosts(const GroupState& g) {
+  const int n = g.size();
+  const Post& p0 = g.post(0);
+  const char* what = KindName(p0.kind);
+  auto mismatch = [&](int r, const std::string& field, const std::string& v0, const std::string& vr) {
+    return FailedPreconditionError(g.Describe(what) + ": mismatched " + field + ": " + v0 + " at " + g.RankName(0) +
+                                   " vs " + vr + " at " + g.RankName(r));
+  };
+  for (int r = 1; r < n; ++r) {
+    const Post& p = g.post(r);
+    if (p.kind != p0.kind) return mismatch(r, "collectives", KindName(p0.kind), KindName(p.kind));
+  }
+  const Kind k = p0.kind;
+  const bool has_dtype = k != Kind::kBarrier && k != Kind::kSplit;
+  const bool has_op = k == Kind::kAllReduce || k == Kind::kReduceScatter;
+  for (int r = 1; r < n; ++r) {
+    const Post& p = g.post(r);
+    if (has_dtype && p.dtype != p0.dtype) {
+      return mismatch(r, "dtype", std::string(DTypeName(p0.dtype)), std::string(DTypeName(p.dtype)));
+    }
+    if (has_op && p.op != p0.op) {
+      return mismatch(r, "reduce op", std::string(ReduceOpName(p0.op)), std::string(ReduceOpName(p.op)));
+    }
+    if (k == Kind::kBroadcast && p.root != p0.root) {
+      return mismatch(r, "root", std::to_string(p0.root), std::to_string(p.root));
+    }
+    if ((k == Kind::kBroadcast || k == Kind::kAllReduce) && p.count != p0.count) {
+      return mismatch(r, "count", std::to_string(p0.count), std::to_string(p.count));
+    }
+    if (k == Kind::kAllGather && p.counts != p0.counts) {
+      return mismatch(r, "recv_counts", ListString(p0.counts), ListString(p.counts));
+    }
+    if (k == Kind::kReduceScatter && p.counts != p0.counts) {
+      return mismatch(r, "counts", ListString(p0.counts), ListString(p.counts));
+    }
+  }
+  if (k == Kind::kAllToAll) {
+    for (int r = 0; r < n; ++r) {
+      for (int s = 0; s < n; ++s) {
+        const int64_t sent = g.post(r).counts[static_cast<size_t>(s)];
+        const int64_t expected = g.post(s).counts2[static_cast<size_t>(r)];
+        if (sent != expected) {
+          return FailedPreconditionError(g.Describe(what) + ": mismatched counts: " + g.RankName(r) + " sends " +
+                                         std::to_string(sent) + " elements to " + g.RankName(s) + ", which expects " +
+                                         std::to_string(expected) + " from it");
+        }
+      }
+    }
+  }
+  return Status();
+}
+
+class ThreadComm final : public Communicator {
+ public:
+  ThreadComm(std::shared_ptr<RunState> run, std::shared_ptr<GroupState> group, int rank)
+      : run_(std::move(run)), group_(std::move(group)), rank_(rank) {}
+
+  int rank() const override { return rank_; }
+  int size() const override { return group_->size(); }
+  int world_rank() const override { return group_->world(rank_); }
+  const std::vector<int>& world_ranks() const override { return group_->world_ranks(); }
+  std::string backend() const override { return "threads"; }
+
+  Status AllGatherV(const void* send, int64_t send_count, void* recv, std::span<const int64_t> recv_counts,
+                    DType dtype) override;
+  Status ReduceScatterV(const void* send, std::span<const int64_t> counts, void* recv, DType dtype,
+                        ReduceOp op) override;
+  Status AllReduce(const void* send, void* recv, int64_t count, DType dtype, ReduceOp op) override;
+  Status AllToAllV(const void* send, std::span<const int64_t> send_counts, void* recv,
+                   std::span<const int64_t> recv_counts, DType dtype) override;
+  Status Broadcast(void* buffer, int64_t count, DType dtype, int root) override;
+  Status Barrier() override;
+  Status SendRecv(std::span<const SendSpec> sends, std::span<const RecvSpec> recvs, DType dtype) override {
+    return group_->SendRecv(rank_, sends, recvs, dtype);
+  }
+  StatusOr<std::shared_ptr<Communicator>> Split(int color, int key) override;
+
+  ByteCounters counters() const override {
+    const threads_internal::RankCounters& c = run_->counters().ranks[static_cast<size_t>(world_rank())];
+    return ByteCounters{c.sent.load(std::memory_order_relaxed), c.received.load(std::memory_order_relaxed)};
+  }
+  void ResetCounters() override {
+    threads_internal::RankCounters& c = run_->counters().ranks[static_cast<size_t>(world_rank())];
+    c.sent.store(0, std::memory_order_relaxed);
+    c.received.store(0, std::memory_order_relaxed);
+  }
+
+ private:
+  // Runs one collective: phase 1 (post + wait), validation, `data` (reads peers; may call
+  // group_->Sync() as a mid barrier, identically on every rank), phase 2, then `after` (writes
+  // that must wait until no peer reads this rank's buffers). A mismatch breaks the group.
+  template <typename Data, typename After>
+  Status Collective(Post post, Data&& data, After&& after) {
+    const char* what = KindName(post.kind);
+    MF_RETURN_IF_ERROR(group_->Arrive(rank_, std::move(post), what));
+    Status s = ValidatePosts(*group_);
+    if (s.ok()) s = data();
+    group_->Sync();
+    if (!s.ok()) {
+      group_->Break(s);
+      return s;
+    }
+    after();
+    return Status();
+  }
+
+  Status CheckCounts(const char* what, const char* name, std::span<const int64_t> counts) const {
+    if (static_cast<int>(counts.size()) != size()) {
+      return InvalidArgumentError(group_->Describe(what) + ": " + name + " has " + std::to_string(counts.size()) +
+                                  " entries, expected the group size " + std::to_string(size()));
+    }
+    for (size_t i = 0; i < counts.size(); ++i) {
+      if (counts[i] < 0) {
+        return InvalidArgumentError(group_->Describe(what) + ": " + name + "[" + std::to_string(i) +
+                                    "] = " + std::to_string(counts[i]) + " is negative");
+      }
+    }
+    return Status();
+  }
+  Status CheckBuffer(const char* what, const char* name, const void* p, int64_t count) const {
+    if (count < 0) {
+      return InvalidArgumentError(group_->Describe(what) + ": negative count " + std::to_string(count) + " for " +
+                                  name);
+    }
+    if (count > 0 && p == nullptr) {
+      return InvalidArgumentError(group_->Describe(what) + ": " + name + " is null for " + std::to_string(count) +
+                                  " elements");
+    }
+    return Status();
+  }
+
+  std::shared_ptr<RunState> run_;
+  std::shared_ptr<GroupState> group_;
+  int rank_;
+};
+
+Status ThreadComm::AllGatherV(const void* send, int64_t send_count, void* recv, std::span<const int64_t> recv_counts,
+                              DType dtype) {
+  const char* what = "all_gather";
+  MF_RETURN_IF_ERROR(CheckCounts(what, "recv_counts", recv_counts));
+  if (send_count != recv_counts[static_cast<size_t>(rank_)]) {
+    return InvalidArgumentError(group_->Describe(what) + ": send_count " + std::to_string(send_count) +
+                                " != recv_counts[" + std::to_string(rank_) +
+                                "] = " + std::to_string(recv_counts[static_cast<size_t>(rank_)]));
+  }
+  const int64_t total = Sum(recv_counts);
+  MF_RETURN_IF_ERROR(CheckBuffer(what, "send", send, send_count));
+  MF_RETURN_IF_ERROR(CheckBuffer(what, "recv", recv, total));
+  const int64_t es = DTypeSize(dtype);
+  const bool staged = Overlap(send, send_count * es, recv, total * es);
+  std::vector<std::byte> temp(staged ? static_cast<size_t>(total * es) : 0);
+  void* dst = staged ? static_cast<void*>(temp.data()) : recv;
+  Post post;
+  post.kind = Kind::kAllGather;
+  post.dtype = dtype;
+  post.counts.assign(recv_counts.begin(), recv_counts.end());
+  post.send = send;
+  post.recv = recv;
+  const std::vector<int64_t> off = Offsets(recv_counts);
+  return Collective(
+      std::move(post),
+      [&]() -> Status {
+        for (int q = 0; q < size(); ++q) {
+          const int64_t bytes = recv_counts[static_cast<size_t>(q)] * es;
+          Copy(At(dst, off[static_cast<size_t>(q)] * es), group_->post(q).send, bytes);
+          if (q != rank_) group_->Count(q, rank_, bytes);
+        }
+        return Status();
+      },
+      [&] {
+        if (staged) Copy(recv, temp.data(), total * es);
+      });
+}
+
+Status ThreadComm::ReduceScatterV(const void* send, std::span<const int64_t> counts, void* recv, DType dtype,
+                                  ReduceOp op) {
+  const char* what = "reduce_scatter";
+  MF_RETURN_IF_ERROR(CheckCounts(what, "counts", counts));
+  const int64_t total = Sum(counts);
+  const int64_t mine = counts[static_cast<size_t>(rank_)];
+  MF_RETURN_IF_ERROR(CheckBuffer(what, "send", send, total));
+  MF_RETURN_IF_ERROR(CheckBuffer(what, "recv", recv, mine));
+  const int64_t es = DTypeSize(dtype);
+  const bool staged = Overlap(send, total * es, recv, mine * es);
+  std::vector<std::byte> temp(staged ? static_cast<size_t>(mine * es) : 0);
+  void* dst = staged ? static_cast<void*>(temp.data()) : recv;
+  Post post;
+  post.kind = Kind::kReduceScatter;
+  post.dtype = dtype;
+  post.op = op;
+  post.counts.assign(counts.begin(), counts.end());
+  post.send = send;
+  post.recv = recv;
+  const int64_t my_off = Offsets(counts)[static_cast<size_t>(rank_)];
+  return Collective(
+      std::move(post),
+      [&]() -> Status {
+        std::vector<const void*> inputs(static_cast<size_t>(size()));
+        for (int r = 0; r < size(); ++r) {
+          inputs[static_cast<size_t>(r)] = At(group_->post(r).send, my_off * es);
+          if (r != rank_) group_->Count(r, rank_, mine * es);
+        }
+        return ReduceBuffers(inputs, dst, mine, dtype, op);
+      },
+      [&] {
+        if (staged) Copy(recv, temp.data(), mine * es);
+      });
+}
+
+Status ThreadComm::AllReduce(const void* send, void* recv, int64_t count, DType dtype, ReduceOp op) {
+  const char* what = "all_reduce";
+  MF_RETURN_IF_ERROR(CheckBuffer(what, "send", send, count));
+  MF_RETURN_IF_ERROR(CheckBuffer(what, "recv", recv, count));
+  const int64_t es = DTypeSize(dtype);
+  const int n = size();
+  // torch.chunk chunks: chunk c = [c*chunk, min(count, (c+1)*chunk)).
+  const int64_t chunk = (count + n - 1) / n;
+  auto begin = [&](int c) { return std::min<int64_t>(count, c * chunk); };
+  auto end = [&](int c) { return std::min<int64_t>(count, (c + 1) * chunk); };
+  const int64_t mine = end(rank_) - begin(rank_);
+  std::vector<std::byte> reduced(static_cast<size_t>(mine * es));
+  Post post;
+  post.kind = Kind::kAllReduce;
+  post.dtype = dtype;
+  post.op = op;
+  post.count = count;
+  post.send = send;
+  post.recv = recv;
+  return Collective(
+      std::move(post),
+      [&]() -> Status {
+        // Reduce-scatter: this rank reduces its chunk, reading every rank's send in rank order.
+        std::vector<const void*> inputs(static_cast<size_t>(n));
+        for (int r = 0; r < n; ++r) {
+          inputs[static_cast<size_t>(r)] = At(group_->post(r).send, begin(rank_) * es);
+          if (r != rank_) group_->Count(r, rank_, mine * es);
+        }
+        Status s = ReduceBuffers(inputs, reduced.data(), mine, dtype, op);
+        group_->own_post(rank_).staged = reduced.data();
+        // Mid barrier: every chunk is reduced and nobody reads a send buffer any more, so recv
+        // (possibly == send) can be written.
+        group_->Sync();
+        // All-gather of the reduced chunks.
+        for (int c = 0; c < n; ++c) {
+          const int64_t bytes = (end(c) - begin(c)) * es;
+          Copy(At(recv, begin(c) * es), group_->post(c).staged, bytes);
+          if (c != rank_) group_->Count(c, rank_, bytes);
+        }
+        return s;
+      },
+      [] {});
+}
+
+Status ThreadComm::AllToAllV(const void* send, std::span<const int64_t> send_counts, void* recv,
+                             std::span<const int64_t> recv_counts, DType dtype) {
+  const char* what = "all_to_all";
+  MF_RETURN_IF_ERROR(CheckCounts(what, "send_counts", send_counts));
+  MF_RETURN_IF_ERROR(CheckCounts(what, "recv_counts", recv_counts));
+  const int64_t send_total = Sum(send_counts);
+  const int64_t recv_total = Sum(recv_counts);
+  MF_RETURN_IF_ERROR(CheckBuffer(what, "send", send, send_total));
+  MF_RETURN_IF_ERROR(CheckBuffer(what, "recv", recv, recv_total));
+  const int64_t es = DTypeSize(dtype);
+  const bool staged = Overlap(send, send_total * es, recv, recv_total * es);
+  std::vector<std::byte> temp(staged ? static_cast<size_t>(recv_total * es) : 0);
+  void* dst = staged ? static_cast<void*>(temp.data()) : recv;
+  Post post;
+  post.kind = Kind::kAllToAll;
+  post.dtype = dtype;
+  post.counts.assign(send_counts.begin(), send_counts.end());
+  post.counts2.assign(recv_counts.begin(), recv_counts.end());
+  post.send = send;
+  post.recv = recv;
+  const std::vector<int64_t> roff = Offsets(recv_counts);
+  return Collective(
+      std::move(post),
+      [&]() -> Status {
+        for (int s = 0; s < size(); ++s) {
+          const Post& p = group_->post(s);
+          int64_t src_off = 0;
+          for (int t = 0; t < rank_; ++t) src_off += p.counts[static_cast<size_t>(t)];
+          const int64_t bytes = recv_counts[static_cast<size_t>(s)] * es;
+          Copy(At(dst, roff[static_cast<size_t>(s)] * es), At(p.send, src_off * es), bytes);
+          if (s != rank_) group_->Count(s, rank_, bytes);
+        }
+        return Status();
+      },
+      [&] {
+        if (staged) Copy(recv, temp.data(), recv_total * es);
+      });
+}
+
+Status ThreadComm::Broadcast(void* buffer, int64_t count, DType dtype, int root) {
+  const char* what = "broadcast";
+  if (root < 0 || root >= size()) {
+    return InvalidArgumentError(group_->Describe(what) + ": root " + std::to_string(root) + " outside [0, " +
+                                std::to_string(size()) + ")");
+  }
+  MF_RETURN_IF_ERROR(CheckBuffer(what, "buffer", buffer, count));
+  const int64_t es = DTypeSize(dtype);
+  Post post;
+  post.kind = Kind::kBroadcast;
+  post.dtype = dtype;
+  post.count = count;
+  post.root = root;
+  post.send = buffer;
+  post.recv = buffer;
+  return Collective(
+      std::move(post),
+      [&]() -> Status {
+        if (rank_ != root) {
+          Copy(buffer, group_->post(root).send, count * es);
+          group_->Count(root, rank_, count * es);
+        }
+        return Status();
+      },
+      [] {});
+}
+
+Status ThreadComm::Barrier() {
+  Post post;
+  post.kind = Kind::kBarrier;
+  return Collective(
+      std::move(post), []() -> Status { return Status(); }, [] {});
+}
+
+StatusOr<std::shared_ptr<Communicator>> ThreadComm::Split(int color, int key) {
+  Post post;
+  post.kind = Kind::kSplit;
+  post.color = color;
+  post.key = key;
+  std::shared_ptr<GroupState> mine;
+  int my_index = -1;
+  Status s = Collective(
+      std::move(post),
+      [&]() -> Status {
+        std::vector<int> members;  // group ranks of this color, ordered by (key, rank)
+        if (color >= 0) {
+          for (int r = 0; r < size(); ++r) {
+            if (group_->post(r).color == color) members.push_back(r);
+          }
+          std::stable_sort(members.begin(), members.end(),
+                           [&](int a, int b) { return group_->post(a).key < group_->post(b).key; });
+          my_index = static_cast<int>(std::find(members.begin(), members.end(), rank_) - members.begin());
+          if (my_index == 0) {
+            std::vector<int> world;
+            for (int r : members) world.push_back(group_->world(r));
+            group_->own_post(rank_).new_group = run_->NewGroup(std::move(world));
+          }
+        }
+        group_->Sync();  // every leader has published its group
+        if (color >= 0) mine = group_->post(members[0]).new_group;
+        return Status();
+      },
+      [] {});
+  MF_RETURN_IF_ERROR(s);
+  // Drop the published pointer so that the group's lifetime follows its communicators only.
+  group_->own_post(rank_).new_group.reset();
+  if (color < 0) return std::shared_ptr<Communicator>();
+  return std::shared_ptr<Communicator>(std::make_shared<ThreadComm>(run_, std::move(mine), my_index));
+}
+
+}  // namespace
+
+ThreadWorld::ThreadWorld(int n, ThreadWorldOptions opts)
+    : n_(n), options_(opts), counters_(std::make_shared<threads_internal::CounterTable>(n)) {}
+
+ThreadWorld::~ThreadWorld() = default;
+
+StatusOr<std::unique_ptr<ThreadWorld>> ThreadWorld::Create(int n, ThreadWorldOptions opts) {
+  if (n < 1) return InvalidArgumentError("ThreadWorld: world size " + std::to_string(n) + " must be >= 1");
+  if (opts.timeout.count() <= 0) {
+    return InvalidArgumentError("ThreadWorld: timeout " + std::to_string(opts.timeout.count()) +
+                                " ms must be positive");
+  }
+  return std::unique_ptr<ThreadWorld>(new ThreadWorld(n, opts));
+}
+
+Status ThreadWorld::Run(std::function<Status(Communicator& world_comm)> fn) {
+  if (!fn) return InvalidArgumentError("ThreadWorld::Run: empty function");
+  std::lock_guard<std::mutex> run_lock(run_mu_);
+  auto run = std::make_shared<RunState>(options_.timeout, counters_);
+  std::vector<int> all(static_cast<size_t>(n_));
+  for (int i = 0; i < n_; ++i) all[static_cast<size_t>(i)] = i;
+  std::shared_ptr<GroupState> world_group = run->NewGroup(std::move(all));
+  std::vector<Status> results(static_cast<size_t>(n_));
+  std::vector<std::thread> threads;
+  threads.reserve(static_cast<size_t>(n_));
+  for (int i = 0; i < n_; ++i) {
+    threads.emplace_back([&, i] {
+      Status s;
+      {
+        ThreadComm comm(run, world_group, i);
+        s = fn(comm);
+      }
+      if (!s.ok()) run->Abort(AbortedError("rank " + std::to_string(i) + " failed: " + s.ToString()));
+      results[static_cast<size_t>(i)] = std::move(s);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int i = 0; i < n_; ++i) {
+    const Status& s = results[static_cast<size_t>(i)];
+    if (!s.ok()) return s.WithContext("rank " + std::to_string(i));
+  }
+  return Status();
+}
+
+ByteCounters ThreadWorld::counters(int world_rank) const {
+  assert(world_rank >= 0 && world_rank < n_);
+  if (world_rank < 0 || world_rank >= n_) return ByteCounters{};
+  const threads_internal::RankCounters& c = counters_->ranks[static_cast<size_t>(world_rank)];
+  return ByteCounters{c.sent.load(std::memory_order_relaxed), c.received.load(std::memory_order_relaxed)};
+}
+
+void ThreadWorld::ResetCounters() {
+  for (threads_internal::RankCounters& c : counters_->ranks) {
+    c.sent.store(0, std::memory_order_relaxed);
+    c.received.store(0, std::memory_order_relaxed);
+  }
+}
+
+}  // namespace meshflow
