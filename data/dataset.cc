@@ -1,0 +1,63 @@
+#include "data/dataset.h"
+
+#include <cstring>
+#include <utility>
+
+namespace meshflow {
+
+int64_t Dataset::sample_elements() const {
+  int64_t n = 1;
+  for (int64_t d : sample_shape()) n *= d;
+  return n;
+}
+
+Status Dataset::Read(int64_t index, std::span<std::byte> dst) const {
+  if (index < 0 || index >= size()) {
+    return OutOfRangeError("sample index " + std::to_string(index) + " out of range [0, " + std::to_string(size()) +
+                           ") in " + name());
+  }
+  if (static_cast<int64_t>(dst.size()) != sample_bytes()) {
+    return InvalidArgumentError("Read of sample " + std::to_string(index) + " from " + name() + ": buffer has " +
+                                std::to_string(dst.size()) + " bytes, a sample has " +
+                                std::to_string(sample_bytes()));
+  }
+  return ReadUnchecked(index, dst);
+}
+
+StatusOr<std::shared_ptr<InMemoryDataset>> InMemoryDataset::FromTensor(const Tensor& samples) {
+  if (samples.rank() == 0) return InvalidArgumentError("InMemoryDataset::FromTensor: tensor has rank 0 (no sample dim)");
+  std::vector<int64_t> sample_shape(samples.shape().begin() + 1, samples.shape().end());
+  std::vector<std::byte> bytes(samples.raw(), samples.raw() + samples.NumBytes());
+  return Create(samples.dtype(), std::move(sample_shape), std::move(bytes));
+}
+
+StatusOr<std::shared_ptr<InMemoryDataset>> InMemoryDataset::Create(DType dtype, std::vector<int64_t> sample_shape,
+                                                                   std::vector<std::byte> bytes) {
+  int64_t elems = 1;
+  for (size_t d = 0; d < sample_shape.size(); ++d) {
+    if (sample_shape[d] < 0) {
+      return InvalidArgumentError("InMemoryDataset: sample shape has negative size " +
+                                  std::to_string(sample_shape[d]) + " at dim " + std::to_string(d));
+    }
+    elems *= sample_shape[d];
+  }
+  const int64_t sample_bytes = elems * DTypeSize(dtype);
+  const int64_t total = static_cast<int64_t>(bytes.size());
+  if (sample_bytes == 0 ? total != 0 : total % sample_bytes != 0) {
+    return InvalidArgumentError("InMemoryDataset: " + std::to_string(total) +
+                                " bytes is not a multiple of the sample size " + std::to_string(sample_bytes));
+  }
+  auto ds = std::shared_ptr<InMemoryDataset>(new InMemoryDataset());
+  ds->dtype_ = dtype;
+  ds->sample_shape_ = std::move(sample_shape);
+  ds->num_samples_ = sample_bytes == 0 ? 0 : total / sample_bytes;
+  ds->bytes_ = std::move(bytes);
+  return ds;
+}
+
+Status InMemoryDataset::ReadUnchecked(int64_t index, std::span<std::byte> dst) const {
+  if (!dst.empty()) std::memcpy(dst.data(), bytes_.data() + index * static_cast<int64_t>(dst.size()), dst.size());
+  return Status::Ok();
+}
+
+}  // namespace meshflow

@@ -1,0 +1,180 @@
+// DataLoader: deterministic, sharded, exactly resumable data loading that yields DTensor batches.
+//
+// The global stream. Epoch e visits the dataset's n samples in the order SampleOrder(n, seed, e,
+// shuffle) (sample_order.h): a function of (seed, epoch) only, never of the world size. Global
+// batch k of an epoch covers stream positions [k*B, k*B + B) (B = global batch size). Remainder
+// policy for the last batch of an epoch when B does not divide n:
+//   drop_last = false (default): positions >= n wrap around to position (p mod n) of the same
+//     epoch's order, like torch's DistributedSampler padding; an epoch has ceil(n/B) batches and
+//     ceil(n/B)*B - n repeated samples (repeated_per_epoch(), Batch::num_repeated).
+//   drop_last = true: the n mod B samples at the end of the epoch's order are skipped this epoch;
+//     an epoch has floor(n/B) batches (an error when that is 0).
+// After an epoch's last batch the stream continues with epoch e+1 (a new order). With
+// num_epochs > 0, Next() returns OUT_OF_RANGE ("end of data") once that many epochs are done.
+//
+// Sharding. Next() returns this rank's DTensor of the global batch, global shape
+// [B, ...sample shape], layout Shard(0) on the data-parallel mesh dims and Replicate on the others.
+// The rank's rows are its layout box on dim 0: with one dp mesh dim exactly torch.chunk of the
+// batch over the dp group (chunk = ceil(B/dp), trailing ranks may get short or empty shards); with
+// several dp dims the layout's nested torch.chunk in the order the dims are given (identical to a
+// flat chunk over the flattened group whenever B is a multiple of the dp size). Ranks that differ
+// only in non-dp mesh coordinates get identical rows. Row r of the global batch at position
+// k*B + r holds sample SampleOrder(...).At((k*B + r) mod n).
+//
+// State and elastic resumption. state() is the LoaderState after the last batch Next() returned
+// (prefetched batches do not count): {version, seed, epoch, consumed = stream positions consumed
+// in this epoch, num_samples}. Restore(state) makes the next batch start at that position without
+// reading any earlier sample. The stream does not depend on the mesh, so a state saved with one
+// dp size restores on another: the union of the ranks' rows of every later global batch is the
+// same as in an uninterrupted run - nothing lost, nothing repeated.
+//
+// Prefetch. With prefetch_depth > 0 a background thread reads up to that many batches ahead into
+// a bounded queue (it starts on the first Next(), so Restore right after Create reads nothing
+// twice). A read error is returned by the Next() that would have returned that batch, and by every
+// later call (until Restore). The destructor stops and joins the thread. Next/NextBatch/state/
+// Restore must be called from one thread at a time; datasets must have a thread-safe Read.
+//
+//   MF_ASSIGN_OR_RETURN(DeviceMesh mesh, DeviceMesh::Create({2, 2}, {"dp", "tp"}));
+//   MF_ASSIGN_OR_RETURN(auto ds, TokenFileDataset::Open("train.bin", {.seq_len = 256}));
+//   MF_ASSIGN_OR_RETURN(auto loader, DataLoader::Create(ds, mesh, my_rank,
+//                           {.dp_dims = {"dp"}, .global_batch_size = 32, .seed = 1234}));
+//   MF_ASSIGN_OR_RETURN(DTensor batch, loader->Next());   // global [32, 257], local [16, 257]
+//   std::string saved = loader->state().ToString();        // ... later, maybe on another mesh:
+//   MF_ASSIGN_OR_RETURN(LoaderState st, LoaderState::Parse(saved));
+//   MF_RETURN_IF_ERROR(other_loader->Restore(st));
+#ifndef MESHFLOW_DATA_LOADER_H_
+#define MESHFLOW_DATA_LOADER_H_
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "base/status.h"
+#include "data/dataset.h"
+#include "dtensor/box.h"
+#include "dtensor/dtensor.h"
+#include "dtensor/layout.h"
+#include "mesh/device_mesh.h"
+
+namespace meshflow {
+
+// Where the loader is in the global stream. Text form (ToString / Parse round-trip exactly):
+//   "meshflow.data.LoaderState v1 seed=42 epoch=3 consumed=128 num_samples=1000"
+struct LoaderState {
+  static constexpr int kVersion = 1;
+  int version = kVersion;
+  uint64_t seed = 0;
+  int64_t epoch = 0;
+  int64_t consumed = 0;     // stream positions of this epoch already returned (padding included)
+  int64_t num_samples = 0;  // dataset size, checked by Restore
+
+  std::string ToString() const;
+  // Errors (INVALID_ARGUMENT naming the text): wrong prefix, missing / unknown / repeated field,
+  // a non-numeric or negative value; UNIMPLEMENTED for a version other than 1.
+  static StatusOr<LoaderState> Parse(std::string_view text);
+  friend bool operator==(const LoaderState&, const LoaderState&) = default;
+};
+
+// A mesh dim given by name ("dp") or index (0).
+struct MeshDimRef {
+  MeshDimRef(int index) : ref(index) {}                     // NOLINT
+  MeshDimRef(std::string name) : ref(std::move(name)) {}    // NOLINT
+  MeshDimRef(const char* name) : ref(std::string(name)) {}  // NOLINT
+  std::variant<int, std::string> ref;
+};
+
+struct DataLoaderOptions {
+  std::vector<MeshDimRef> dp_dims = {};  // data-parallel mesh dims; empty = every rank gets the whole batch
+  int64_t global_batch_size = 0;    // B >= 1
+  uint64_t seed = 0;
+  bool shuffle = true;
+  bool drop_last = false;   // see the remainder policy above
+  int prefetch_depth = 2;   // batches read ahead on a background thread; 0 = read inside Next()
+  int64_t num_epochs = 0;   // 0 = unbounded
+};
+
+// One batch with its bookkeeping.
+struct Batch {
+  DTensor data;                         // this rank's rows of the global batch
+  int64_t epoch = 0;
+  int64_t step = 0;                     // index of the global batch in its epoch
+  int64_t position = 0;                 // stream position of global row 0 in its epoch
+  int64_t row_offset = 0;               // first global row held by this rank
+  std::vector<int64_t> sample_indices;  // dataset index of each local row
+  int64_t num_repeated = 0;             // wrap-around rows in the whole global batch
+  LoaderState state_after;              // state() once this batch is returned
+};
+
+class DataLoader {
+ public:
+  // Errors: null or empty dataset; rank not in the mesh; an unknown, out-of-range or repeated dp
+  // dim; global_batch_size < 1; prefetch_depth < 0; num_epochs < 0; drop_last with B > n.
+  static StatusOr<std::unique_ptr<DataLoader>> Create(std::shared_ptr<const Dataset> dataset, DeviceMesh mesh,
+                                                      int rank, DataLoaderOptions options);
+  ~DataLoader();
+  DataLoader(const DataLoader&) = delete;
+  DataLoader& operator=(const DataLoader&) = delete;
+
+  // The next batch for this rank. OUT_OF_RANGE at the end of num_epochs; read errors as above.
+  StatusOr<DTensor> Next();
+  StatusOr<Batch> NextBatch();
+
+  LoaderState state() const { return state_; }
+  // Resumes at `state`. Errors (FAILED_PRECONDITION naming both values): seed or num_samples
+  // differ from this loader's; INVALID_ARGUMENT for a negative epoch, consumed outside [0, n].
+  Status Restore(const LoaderState& state);
+
+  const Layout& layout() const { return layout_; }
+  const Dataset& dataset() const { return *dataset_; }
+  const DataLoaderOptions& options() const { return options_; }
+  int rank() const { return rank_; }
+  int dp_size() const { return dp_size_; }
+  int dp_rank() const { return dp_rank_; }
+  // This rank's rows [begin, end) of every global batch.
+  Interval local_rows() const { return rows_; }
+  int64_t batches_per_epoch() const;
+  // Wrap-around samples per epoch (drop_last = false) and samples skipped per epoch (true).
+  int64_t repeated_per_epoch() const;
+  int64_t dropped_per_epoch() const;
+
+ private:
+  DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions options, Layout layout, int rank);
+
+  // The state that starts the next batch: rolls (epoch, consumed) over to the next epoch when no
+  // batch starts at `consumed`.
+  LoaderState Normalize(LoaderState s) const;
+  StatusOr<Batch> Produce(const LoaderState& at) const;
+  void StartWorker();
+  void StopWorker();
+  void WorkerLoop(LoaderState cursor);
+
+  std::shared_ptr<const Dataset> dataset_;
+  DataLoaderOptions options_;
+  Layout layout_;
+  int rank_ = 0;
+  int dp_size_ = 1;
+  int dp_rank_ = 0;
+  Interval rows_;
+  LoaderState state_;          // consumer side: after the last returned batch
+  Status sticky_;              // first error returned by Next (repeated until Restore)
+
+  // Prefetch (guarded by mu_).
+  std::mutex mu_;
+  std::condition_variable not_full_, not_empty_;
+  std::deque<StatusOr<Batch>> queue_;
+  bool stop_ = false;
+  std::thread worker_;
+  bool worker_running_ = false;  // touched only by the consumer thread
+};
+
+}  // namespace meshflow
+
+#endif  // MESHFLOW_DATA_LOADER_H_
