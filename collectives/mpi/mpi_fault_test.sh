@@ -1,0 +1,74 @@
+#!/bin/bash
+# Fault test of the MPI backend: one rank fails, the job must end non-zero within a bounded time.
+#
+#   mpi_fault_test.sh BINARY
+#
+# For each mode of mpi_fault_test.cc, runs mpirun -np 4 (and -np 8 for stall) under a hard timeout
+# and asserts: mpirun exits non-zero (with the expected code where mpirun reports it), within
+# MAX_SECONDS, and the output has the expected messages. Prints "N passed, M failed".
+set -u
+binary="$1"
+[[ "$binary" = /* ]] || binary="$PWD/$binary"
+# mpi_env.sh lies next to this script (also when the script is another package's test, in runfiles).
+for env_file in "$(dirname "${BASH_SOURCE[0]}")/mpi_env.sh" "${TEST_SRCDIR:-.}/meshflow/collectives/mpi/mpi_env.sh" \
+  "$PWD/collectives/mpi/mpi_env.sh"; do
+  [[ -f "$env_file" ]] && break
+done
+source "$env_file" || { echo "mpi_env.sh not found"; exit 2; }
+
+TIMEOUT_MS=3000   # collective timeout inside the job (stall mode)
+HARD=40           # hard limit per mpirun (6 runs stay under the 300 s of a medium test)
+MAX_SECONDS=30    # the job must be over by then
+passed=0
+failed=0
+
+# run NP MODE EXPECTED_RC PATTERN...
+run() {
+  local np="$1" mode="$2" want_rc="$3"
+  shift 3
+  local log
+  log="$(mktemp)"
+  local start end rc
+  start=$(date +%s)
+  timeout --kill-after=5 "$HARD" mpirun "${MPIRUN_FLAGS[@]}" -np "$np" "$binary" "$mode" "$TIMEOUT_MS" >"$log" 2>&1
+  rc=$?
+  end=$(date +%s)
+  local elapsed=$((end - start)) why=""
+  # timeout(1) exits 124 (or 137 after --kill-after); a job killed by a signal also gives 137.
+  if [[ $rc -eq 124 || ( $rc -eq 137 && $elapsed -ge $HARD ) ]]; then
+    why="hard timeout (${HARD}s): the job hung"
+  elif [[ $rc -eq 0 ]]; then
+    why="mpirun exited 0"
+  elif [[ "$want_rc" != "any" && $rc -ne $want_rc ]]; then
+    why="exit code $rc, expected $want_rc"
+  elif [[ $elapsed -gt $MAX_SECONDS ]]; then
+    why="took ${elapsed}s > ${MAX_SECONDS}s"
+  elif grep -q "second all_reduce completed" "$log"; then
+    why="a rank completed the collective without rank 1"
+  fi
+  for pattern in "$@"; do
+    if [[ -z "$why" ]] && ! grep -Eq -- "$pattern" "$log"; then why="output lacks /$pattern/"; fi
+  done
+  echo "=== np $np mode $mode: exit code $rc after ${elapsed}s"
+  sed 's/^/    /' "$log" | grep -v '^    *$' | head -40
+  if [[ -z "$why" ]]; then
+    echo "PASS: np $np mode $mode"
+    passed=$((passed + 1))
+  else
+    echo "FAIL: np $np mode $mode: $why"
+    failed=$((failed + 1))
+  fi
+  rm -f "$log"
+}
+
+run 4 exit 3 "rank 1: exiting with code 3"
+run 8 exit 3 "rank 1: exiting with code 3"
+run 4 kill 137 "killing itself" "exited on signal 9"
+run 4 error 4 "rank 1: aborting the MPI job: INTERNAL: rank 1: injected failure"
+run 4 stall 2 "DEADLINE_EXCEEDED: mpi all_reduce on group \[0,1,2,3\] \(world ranks\): timed out after 3000 ms" \
+  "group ranks \[1\] \(world ranks \[1\]\) did not arrive" "aborting the MPI job"
+run 8 stall 2 "DEADLINE_EXCEEDED: mpi all_reduce on group \[0,1,2,3,4,5,6,7\]" \
+  "group ranks \[1\] \(world ranks \[1\]\) did not arrive"
+
+echo "mpi fault test: $passed passed, $failed failed"
+[[ $failed -eq 0 ]]
