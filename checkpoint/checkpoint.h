@@ -1,0 +1,119 @@
+// Distributed checkpoints of DTensors, with resharding on load.
+//
+// SaveCheckpoint is collective over a mesh: every rank writes one data file holding only the
+// chunks it owns (a chunk = one distinct local box; a box replicated on several ranks is written
+// once, by the lowest world rank holding it), and rank 0 writes the metadata (names, shapes,
+// dtypes, chunk lists with CRC-32C checksums, an optional opaque "extra state" blob). Partial
+// tensors are reduced first: they are saved as Redistribute(x, same placements with every
+// Partial replaced by Replicate), i.e. the checkpoint always stores the global value.
+//
+// LoadTensor(s) may target any layout on any mesh (other shape, world size or placements): each
+// rank reads, with pread, only the byte ranges of the chunks that intersect its target box, and
+// never materializes the global tensor. Partial targets follow ReferenceLocal (dtensor.h): for
+// Partial(sum) the value is loaded on group coordinate 0 of every Partial mesh dim and zeros
+// elsewhere (those ranks read nothing); Partial(avg/max/min) load the value on every rank.
+//
+// Crash safety. A save writes into `<dir>.tmp-<unique>`, fsyncs every file and that directory,
+// and after a barrier rank 0 renames it into place: when `dir` exists it is first renamed to
+// `<dir>.old`, then the new directory is renamed to `dir`, the parent directory is fsynced and
+// `<dir>.old` removed. A crash before the rename leaves `dir` untouched (plus a stale temporary
+// directory, never read); a crash between the two renames leaves no `dir` but a complete
+// `<dir>.old`, which the loaders read in that case and the next save restores first. See
+// FORMAT.md for the files.
+//
+// Errors never produce wrong data: every byte read from a data file is covered by a verified
+// CRC-32C block checksum (a partial read is rounded out to whole checksum blocks).
+//   NotFound          no checkpoint at dir; unknown tensor name; a missing data file
+//   DataLoss          corrupted or truncated metadata or data file (names the tensor and file)
+//   Unimplemented     metadata of an unknown format version
+//   InvalidArgument   target shape or dtype differs from the checkpoint; bad names or layouts
+// Save and load are collective: when any rank fails, every rank returns an error (the first
+// failing rank's, with context "rank r").
+//
+//   MF_ASSIGN_OR_RETURN(MeshComms comms, MeshComms::Create(world_comm, mesh_2x4));
+//   MF_RETURN_IF_ERROR(SaveCheckpoint("/ckpt/step100", {{"w", &w}, {"b", &b}}, comms,
+//                                     {.extra_state = loader_state}));
+//   ...  // later, on another mesh
+//   MF_ASSIGN_OR_RETURN(MeshComms comms8, MeshComms::Create(world_comm, mesh_8));
+//   MF_ASSIGN_OR_RETURN(Layout target, Layout::Create({1024, 512}, mesh_8, {Shard{1}}));
+//   MF_ASSIGN_OR_RETURN(DTensor w2, LoadTensor("/ckpt/step100", "w", target, comms8));
+//   MF_ASSIGN_OR_RETURN(std::string state, LoadExtraState("/ckpt/step100"));
+#ifndef MESHFLOW_CHECKPOINT_CHECKPOINT_H_
+#define MESHFLOW_CHECKPOINT_CHECKPOINT_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "base/status.h"
+#include "checkpoint/format.h"
+#include "collectives/mesh_comms.h"
+#include "dtensor/dtensor.h"
+#include "dtensor/layout.h"
+
+namespace meshflow {
+
+// Where a simulated crash stops a save (tests only).
+enum class SaveCrashPoint {
+  kNone,
+  kBeforeRename,    // everything written and synced into the temporary directory, no rename
+  kBetweenRenames,  // `dir` renamed to `<dir>.old`, the new directory not yet renamed into place
+};
+
+struct SaveOptions {
+  // Opaque blob stored in the metadata (e.g. the data loader's serialized state).
+  std::string extra_state{};
+  // Bytes covered by one CRC-32C of a chunk (> 0). Loads read whole blocks, so smaller blocks
+  // mean less over-read for partial chunk reads and a larger metadata file.
+  int64_t checksum_block_bytes = int64_t{1} << 20;
+
+  // Fault injection (tests). fail_after_files >= 0: every rank stops after it has completely
+  // written that many files into the temporary directory (its data file, then on rank 0 the
+  // metadata file), as if it crashed: the save returns Aborted on every rank, the temporary
+  // directory stays behind and `dir` is untouched. -1 = off.
+  int fail_after_files = -1;
+  // Stops rank 0 at that point of the commit, returning Aborted on every rank.
+  SaveCrashPoint crash_point = SaveCrashPoint::kNone;
+};
+
+// Collective over comms.mesh(): every rank passes the same names with its part of the same
+// DTensors (same order, layouts on comms.mesh()). Errors: empty or duplicate name, a tensor on
+// another mesh, ranks passing different tensor lists (FailedPrecondition), checksum_block_bytes
+// <= 0, `dir` exists but is not a checkpoint (FailedPrecondition), I/O errors (naming the path),
+// injected crashes (Aborted).
+Status SaveCheckpoint(const std::string& dir, const std::vector<std::pair<std::string, const DTensor*>>& tensors,
+                      MeshComms& comms, const SaveOptions& options = {});
+
+struct LoadRequest {
+  std::string name{};
+  Layout layout;                  // target layout; its mesh must be comms.mesh()
+  std::optional<DType> dtype{};   // when set, must equal the saved dtype
+};
+
+// Per-rank I/O counters of one load call (this rank only).
+struct LoadStats {
+  int64_t bytes_read = 0;     // bytes pread from data files (after rounding to checksum blocks)
+  int64_t chunks_read = 0;    // chunk reads (one per intersecting chunk)
+  int64_t files_opened = 0;
+};
+
+// Collective over comms.mesh(). Returns this rank's part of each requested tensor.
+StatusOr<std::vector<DTensor>> LoadTensors(const std::string& dir, const std::vector<LoadRequest>& requests,
+                                           MeshComms& comms, LoadStats* stats = nullptr);
+// One tensor; `dtype`, when set, must equal the saved dtype.
+StatusOr<DTensor> LoadTensor(const std::string& dir, const std::string& name, const Layout& target, MeshComms& comms,
+                             std::optional<DType> dtype = std::nullopt);
+
+// The SaveOptions::extra_state of the checkpoint at dir (local, no communication).
+StatusOr<std::string> LoadExtraState(const std::string& dir);
+// The decoded metadata of the checkpoint at dir (local; falls back to `<dir>.old` as the loaders).
+StatusOr<CheckpointMetadata> ReadCheckpointMetadata(const std::string& dir);
+// The directory the loaders read for `dir`: dir itself, or `<dir>.old` after a crash between the
+// two commit renames. Errors: neither exists (NotFound).
+StatusOr<std::string> ResolveCheckpointDir(const std::string& dir);
+
+}  // namespace meshflow
+
+#endif  // MESHFLOW_CHECKPOINT_CHECKPOINT_H_

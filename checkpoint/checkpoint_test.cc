@@ -1,0 +1,417 @@
+// Multi-rank tests of SaveCheckpoint / LoadTensors on the in-process world.
+//
+// The reference for every load is ReferenceLocal(global, target, rank): the saved tensors are
+// built with Distribute from known globals, so a load on any mesh must give, bit for bit, the
+// target layout's local part of the same global (with the Replicate -> Partial rule for Partial
+// targets). Values are small integers, exact in every dtype (including bf16 and Partial sums).
+#include "checkpoint/checkpoint.h"
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "checkpoint/crc32c.h"
+#include "checkpoint/format.h"
+#include "collectives/mesh_comms.h"
+#include "collectives/threads_world.h"
+#include "dtensor/dtensor.h"
+
+namespace meshflow {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string TestDir(const std::string& name) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const fs::path base = tmp != nullptr ? fs::path(tmp) : fs::temp_directory_path();
+  const fs::path dir = base / ("ckpt_" + name);
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(base, ec)) {
+    if (e.path().filename().string().rfind(dir.filename().string(), 0) == 0) fs::remove_all(e.path(), ec);
+  }
+  return dir.string();
+}
+
+ThreadWorld& WorldOf(int n) {
+  static auto* worlds = new std::map<int, std::unique_ptr<ThreadWorld>>();
+  auto& w = (*worlds)[n];
+  if (!w) w = std::move(ThreadWorld::Create(n).value());
+  return *w;
+}
+
+Tensor GlobalFor(DType dtype, const std::vector<int64_t>& shape, int seed = 0) {
+  Tensor t = Tensor::Zeros(dtype, shape);
+  for (int64_t i = 0; i < t.NumElements(); ++i) t.SetFromDouble(i, static_cast<double>((i * 7 + seed) % 97) - 40);
+  return t;
+}
+
+struct Spec {
+  std::string name;
+  DType dtype;
+  std::vector<int64_t> shape;
+  std::string placements;
+  std::string order;  // ParseShardOrder syntax; "" = default
+};
+
+// Several layouts over all dtypes on a 2x4 mesh: S, nested S (both orders), R, P(sum), P(max),
+// uneven and zero-size shapes, more ranks than rows, a scalar.
+const std::vector<Spec>& SavedSpecs() {
+  static const auto* specs = new std::vector<Spec>{
+      {"s_s", DType::kF32, {13, 6}, "S(0),S(1)", ""},
+      {"nested", DType::kF64, {10, 3}, "S(0),S(0)", ""},
+      {"nested_rev", DType::kI32, {9, 4}, "S(0),S(0)", "0:[1,0]"},
+      {"rep", DType::kI32, {5, 7}, "R,R", ""},
+      {"psum", DType::kBF16, {6, 4}, "P(sum),S(1)", ""},
+      {"pmax", DType::kF32, {3, 5}, "R,P(max)", ""},
+      {"mixed", DType::kI64, {3, 9, 2}, "S(1),R", ""},
+      {"empty", DType::kF32, {0, 5}, "S(0),S(1)", ""},
+      {"tiny", DType::kI64, {3}, "S(0),S(0)", ""},
+      {"scalar", DType::kF64, {}, "R,R", ""},
+  };
+  return *specs;
+}
+
+Layout MakeLayout(const Spec& s, const DeviceMesh& mesh, const std::string& placements, const std::string& order) {
+  return Layout::Create(s.shape, mesh, *ParsePlacements(placements), *ParseShardOrder(order)).value();
+}
+
+// Saves `specs` (global values GlobalFor(seed)) from the given mesh; returns the common status.
+Status SaveSpecs(const std::string& dir, const std::vector<Spec>& specs, const DeviceMesh& mesh,
+                 const SaveOptions& options = {}, int seed = 0) {
+  return WorldOf(mesh.size()).Run([&](Communicator& comm) -> Status {
+    MF_ASSIGN_OR_RETURN(MeshComms comms, MeshComms::Create(comm, mesh));
+    std::vector<DTensor> xs;
+    for (const Spec& s : specs) {
+      MF_ASSIGN_OR_RETURN(DTensor x, Distribute(GlobalFor(s.dtype, s.shape, seed), MakeLayout(s, mesh, s.placements, s.order),
+                                                comm.world_rank()));
+      xs.push_back(std::move(x));
+    }
+    std::vector<std::pair<std::string, const DTensor*>> named;
+    for (size_t i = 0; i < specs.size(); ++i) named.emplace_back(specs[i].name, &xs[i]);
+    return SaveCheckpoint(dir, named, comms, options);
+  });
+}
+
+// Loads every spec that admits `placements` (on `mesh`) and compares with ReferenceLocal.
+// Returns the first mismatch, "" when all match; load errors fail the test.
+std::string LoadAndCompare(const std::string& dir, const std::vector<Spec>& specs, const DeviceMesh& mesh,
+                           const std::string& placements, int seed = 0) {
+  std::vector<LoadRequest> reqs;
+  std::vector<const Spec*> used;
+  for (const Spec& s : specs) {
+    auto ps = ParsePlacements(placements);
+    auto layout = Layout::Create(s.shape, mesh, *ps);
+    if (!layout.ok()) continue;  // e.g. S(1) of a 1-D tensor
+    reqs.push_back(LoadRequest{s.name, *layout, s.dtype});
+    used.push_back(&s);
+  }
+  std::mutex mu;
+  std::string failure;
+  const Status st = WorldOf(mesh.size()).Run([&](Communicator& comm) -> Status {
+    MF_ASSIGN_OR_RETURN(MeshComms comms, MeshComms::Create(comm, mesh));
+    MF_ASSIGN_OR_RETURN(std::vector<DTensor> got, LoadTensors(dir, reqs, comms));
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      MF_ASSIGN_OR_RETURN(Tensor want,
+                          ReferenceLocal(GlobalFor(used[i]->dtype, used[i]->shape, seed), reqs[i].layout, comm.world_rank()));
+      if (!(got[i].local() == want)) {
+        std::lock_guard<std::mutex> lock(mu);
+        if (failure.empty()) {
+          failure = used[i]->name + " on " + mesh.ToString() + " " + placements + " rank " +
+                    std::to_string(comm.world_rank()) + ": got " + got[i].local().ToString() + " want " + want.ToString();
+        }
+      }
+    }
+    return Status();
+  });
+  if (!st.ok()) return "load failed: " + st.ToString();
+  return failure;
+}
+
+// Runs a load of one tensor on `mesh` (R everywhere unless given) and returns every rank's status.
+std::vector<Status> LoadStatuses(const std::string& dir, const std::string& name, const std::vector<int64_t>& shape,
+                                 const DeviceMesh& mesh, std::optional<DType> dtype = std::nullopt,
+                                 const std::string& placements = "") {
+  std::vector<Status> out(static_cast<size_t>(mesh.size()));
+  std::string ps = placements;
+  if (ps.empty()) {
+    for (int m = 0; m < mesh.ndim(); ++m) ps += m ? ",R" : "R";
+  }
+  const Layout layout = Layout::Create(shape, mesh, *ParsePlacements(ps)).value();
+  Status run = WorldOf(mesh.size()).Run([&](Communicator& comm) -> Status {
+    MF_ASSIGN_OR_RETURN(MeshComms comms, MeshComms::Create(comm, mesh));
+    out[comm.world_rank()] = LoadTensor(dir, name, layout, comms, dtype).status();
+    return Status();
+  });
+  EXPECT_TRUE(run.ok()) << run;
+  return out;
+}
+
+// Every rank fails with `code`, and the message names every needle (tensor, file, ...).
+void ExpectAllFail(const std::vector<Status>& statuses, StatusCode code, const std::vector<std::string>& needles) {
+  for (size_t r = 0; r < statuses.size(); ++r) {
+    ASSERT_FALSE(statuses[r].ok()) << "rank " << r;
+    EXPECT_EQ(statuses[r].code(), code) << "rank " << r << ": " << statuses[r];
+    for (const std::string& n : needles) {
+      EXPECT_NE(statuses[r].message().find(n), std::string::npos) << "rank " << r << " lacks '" << n << "': " << statuses[r];
+    }
+  }
+}
+
+DeviceMesh Mesh(std::vector<int64_t> shape) { return DeviceMesh::Create(std::move(shape)).value(); }
+
+const DeviceMesh& Mesh2x4() {
+  static const auto* m = new DeviceMesh(Mesh({2, 4}));
+  return *m;
+}
+
+int64_t FileSize(const std::string& p) { return static_cast<int64_t>(fs::file_size(p)); }
+
+TEST(CheckpointTest, ReshardsOnLoadToOtherMeshesAndPlacements) {
+  const std::string dir = TestDir("reshard");
+  ASSERT_TRUE(SaveSpecs(dir, SavedSpecs(), Mesh2x4()).ok());
+  const std::vector<std::pair<DeviceMesh, std::vector<std::string>>> targets = {
+      {Mesh({2, 4}), {"S(0),S(1)", "R,R"}},
+      {Mesh({4, 2}), {"S(1),S(0)", "R,S(0)", "S(0),S(0)", "P(sum),R", "S(2),P(max)", "P(avg),S(0)"}},
+      {Mesh({8}), {"S(0)", "S(1)", "R", "P(sum)"}},
+      {Mesh({2}), {"S(0)", "P(sum)", "S(1)"}},
+      {Mesh({1}), {"R", "S(0)"}},
+  };
+  for (const auto& [mesh, list] : targets) {
+    for (const std::string& ps : list) EXPECT_EQ(LoadAndCompare(dir, SavedSpecs(), mesh, ps), "") << ps;
+  }
+}
+
+TEST(CheckpointTest, ReplicatedChunksAreWrittenOnceByTheLowestRank) {
+  const std::string dir = TestDir("unique");
+  ASSERT_TRUE(SaveSpecs(dir, SavedSpecs(), Mesh2x4()).ok());
+  auto md = ReadCheckpointMetadata(dir);
+  ASSERT_TRUE(md.ok()) << md.status();
+  int64_t unique_bytes = 0;
+  for (const Spec& s : SavedSpecs()) unique_bytes += GlobalFor(s.dtype, s.shape).NumBytes();
+  int64_t file_bytes = 0;
+  ASSERT_EQ(md->file_sizes.size(), 8u);
+  for (int f = 0; f < 8; ++f) {
+    const int64_t size = FileSize(dir + "/" + DataFileName(f));
+    EXPECT_EQ(size, md->file_sizes[f]) << f;
+    file_bytes += size;
+  }
+  EXPECT_EQ(file_bytes, unique_bytes);
+  // R,R: one chunk, on rank 0. R,P(max) reduces to R,R: one chunk. S(1),R on 2x4: the rows along
+  // mesh dim 1... S(1) over mesh dim 0 (2 parts) replicated over dim 1: owners are ranks 0 and 4.
+  const TensorRecord* rep = md->Find("rep");
+  ASSERT_EQ(rep->chunks.size(), 1u);
+  EXPECT_EQ(rep->chunks[0].file, 0);
+  EXPECT_EQ(md->Find("pmax")->chunks.size(), 1u);
+  const TensorRecord* mixed = md->Find("mixed");
+  ASSERT_EQ(mixed->chunks.size(), 2u);
+  EXPECT_EQ(mixed->chunks[0].file, 0);
+  EXPECT_EQ(mixed->chunks[1].file, 4);
+  EXPECT_TRUE(md->Find("empty")->chunks.empty());
+  EXPECT_EQ(md->Find("tiny")->chunks.size(), 3u);  // 3 elements over 8 ranks: 5 empty boxes
+  EXPECT_EQ(md->Find("psum")->chunks.size(), 4u);  // P(sum) reduced to R over mesh dim 0
+  // No temporary or backup directory is left after a successful save.
+  for (const auto& e : fs::directory_iterator(fs::path(dir).parent_path())) {
+    EXPECT_EQ(e.path().string().find(dir + "."), std::string::npos) << e.path();
+  }
+}
+
+TEST(CheckpointTest, PartialReadsReadOnlyNeededBlocks) {
+  // f32 [64, 8] saved S(0) on 8 ranks with one row per checksum block; loading S(0) on 4 or 8
+  // ranks reads exactly the rank's rows; loading S(1) reads the whole span of each chunk.
+  const std::string dir = TestDir("partial_reads");
+  const Spec spec{"w", DType::kF32, {64, 8}, "S(0)", ""};
+  SaveOptions opts;
+  opts.checksum_block_bytes = 8 * 4;
+  ASSERT_TRUE(SaveSpecs(dir, {spec}, Mesh({8}), opts).ok());
+  for (int n : {8, 4, 2}) {
+    for (const char* ps : {"S(0)", "S(1)"}) {
+      const DeviceMesh mesh = Mesh({n});
+      const Layout layout = Layout::Create(spec.shape, mesh, *ParsePlacements(ps)).value();
+      std::vector<LoadStats> stats(static_cast<size_t>(n));
+      Status st = WorldOf(n).Run([&](Communicator& comm) -> Status {
+        MF_ASSIGN_OR_RETURN(MeshComms comms, MeshComms::Create(comm, mesh));
+        MF_ASSIGN_OR_RETURN(auto got, LoadTensors(dir, {LoadRequest{"w", layout}}, comms, &stats[comm.world_rank()]));
+        MF_ASSIGN_OR_RETURN(Tensor want, ReferenceLocal(GlobalFor(spec.dtype, spec.shape), layout, comm.world_rank()));
+        if (!(got[0].local() == want)) return InternalError("mismatch");
+        return Status();
+      });
+      ASSERT_TRUE(st.ok()) << st;
+      for (int r = 0; r < n; ++r) {
+        const int64_t want = std::string(ps) == "S(0)" ? 64 * 8 * 4 / n : 64 * 8 * 4;  // S(1): every row's span
+        EXPECT_EQ(stats[r].bytes_read, want) << n << " " << ps << " rank " << r;
+      }
+    }
+  }
+}
+
+TEST(CheckpointTest, CrashMidSaveKeepsThePreviousCheckpoint) {
+  const std::string dir = TestDir("crash");
+  const std::vector<Spec> specs = {SavedSpecs()[0], SavedSpecs()[4]};
+  SaveOptions v1;
+  v1.extra_state = "state-v1";
+  ASSERT_TRUE(SaveSpecs(dir, specs, Mesh2x4(), v1, /*seed=*/1).ok());
+
+  struct Crash {
+    int files;
+    SaveCrashPoint point;
+  };
+  for (const Crash c : {Crash{0, SaveCrashPoint::kNone}, Crash{1, SaveCrashPoint::kNone}, Crash{2, SaveCrashPoint::kNone},
+                        Crash{-1, SaveCrashPoint::kBeforeRename}, Crash{-1, SaveCrashPoint::kBetweenRenames}}) {
+    SaveOptions v2;
+    v2.extra_state = "state-v2";
+    v2.fail_after_files = c.files;
+    v2.crash_point = c.point;
+    const Status st = SaveSpecs(dir, specs, Mesh2x4(), v2, /*seed=*/2);
+    ASSERT_FALSE(st.ok());
+    EXPECT_EQ(st.code(), StatusCode::kAborted) << st;
+    EXPECT_NE(st.message().find("injected crash"), std::string::npos) << st;
+    EXPECT_EQ(fs::exists(dir), c.point != SaveCrashPoint::kBetweenRenames);
+    EXPECT_EQ(LoadAndCompare(dir, specs, Mesh({4, 2}), "S(1),R", /*seed=*/1), "") << c.files;
+    EXPECT_EQ(*LoadExtraState(dir), "state-v1");
+  }
+  // The next save restores the backup first, then commits; nothing stale remains but the
+  // temporary directories of the crashed saves.
+  SaveOptions v3;
+  v3.extra_state = "state-v3";
+  ASSERT_TRUE(SaveSpecs(dir, specs, Mesh2x4(), v3, /*seed=*/3).ok());
+  EXPECT_FALSE(fs::exists(dir + ".old"));
+  EXPECT_EQ(LoadAndCompare(dir, specs, Mesh({8}), "S(0)", /*seed=*/3), "");
+  EXPECT_EQ(*LoadExtraState(dir), "state-v3");
+}
+
+TEST(CheckpointTest, ExtraStateRoundTripsIncludingBinaryAndEmpty) {
+  const std::string dir = TestDir("extra");
+  SaveOptions opts;
+  opts.extra_state = std::string("loader\0\xff state", 14);
+  ASSERT_TRUE(SaveSpecs(dir, {SavedSpecs()[3]}, Mesh2x4(), opts).ok());
+  EXPECT_EQ(*LoadExtraState(dir), opts.extra_state);
+  ASSERT_TRUE(SaveSpecs(dir, {SavedSpecs()[3]}, Mesh2x4()).ok());
+  EXPECT_EQ(*LoadExtraState(dir), "");
+  auto missing = LoadExtraState(dir + "_nope");
+  EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
+}
+
+class CheckpointErrorTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = TestDir(::testing::UnitTest::GetInstance()->current_test_info()->name());
+    ASSERT_TRUE(SaveSpecs(dir_, SavedSpecs(), Mesh2x4()).ok());
+    md_ = ReadCheckpointMetadata(dir_).value();
+  }
+  // The first chunk of `tensor` stored in data file `file`.
+  const ChunkRecord& ChunkIn(const std::string& tensor, int file) {
+    for (const ChunkRecord& c : md_.Find(tensor)->chunks) {
+      if (c.file == file) return c;
+    }
+    ADD_FAILURE() << "no chunk of " << tensor << " in file " << file;
+    return md_.Find(tensor)->chunks[0];
+  }
+  std::string DataPath(int f) const { return dir_ + "/" + DataFileName(f); }
+  std::string MetaPath() const { return dir_ + "/" + std::string(kMetadataFileName); }
+  static std::string Read(const std::string& p) {
+    std::ifstream in(p, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }
+  static void Write(const std::string& p, const std::string& bytes) {
+    std::ofstream out(p, std::ios::binary | std::ios::trunc);
+    out << bytes;
+  }
+
+  std::string dir_;
+  CheckpointMetadata md_;
+};
+
+TEST_F(CheckpointErrorTest, TruncatedDataFile) {
+  fs::resize_file(DataPath(1), static_cast<uintmax_t>(md_.file_sizes[1] - 1));
+  ExpectAllFail(LoadStatuses(dir_, "s_s", {13, 6}, Mesh({2})), StatusCode::kDataLoss,
+                {"'s_s'", DataPath(1), "truncated"});
+  // Tensors whose chunks live elsewhere still load.
+  EXPECT_EQ(LoadAndCompare(dir_, {SavedSpecs()[3]}, Mesh({2}), "S(0)"), "");
+}
+
+TEST_F(CheckpointErrorTest, FlippedByteInDataFile) {
+  const ChunkRecord& c = ChunkIn("nested", 2);
+  std::string bytes = Read(DataPath(2));
+  bytes[static_cast<size_t>(c.byte_offset + 3)] ^= 0x01;
+  Write(DataPath(2), bytes);
+  ExpectAllFail(LoadStatuses(dir_, "nested", {10, 3}, Mesh({4, 2}), std::nullopt, "S(0),R"), StatusCode::kDataLoss,
+                {"'nested'", DataPath(2), "CRC-32C mismatch"});
+}
+
+TEST_F(CheckpointErrorTest, MissingRankFile) {
+  // Rank 5 of the 2x4 save holds rows [7,13) x cols [2,4) of s_s (rank 3's box is empty).
+  ASSERT_GT(md_.file_sizes[5], 0);
+  fs::remove(DataPath(5));
+  ExpectAllFail(LoadStatuses(dir_, "s_s", {13, 6}, Mesh({8})), StatusCode::kNotFound, {"'s_s'", DataPath(5), "missing"});
+}
+
+TEST_F(CheckpointErrorTest, CorruptedMetadata) {
+  std::string bytes = Read(MetaPath());
+  bytes[bytes.size() / 2] ^= 0x40;
+  Write(MetaPath(), bytes);
+  ExpectAllFail(LoadStatuses(dir_, "rep", {5, 7}, Mesh({2})), StatusCode::kDataLoss, {MetaPath(), "corrupted"});
+  fs::resize_file(MetaPath(), 10);
+  ExpectAllFail(LoadStatuses(dir_, "rep", {5, 7}, Mesh({2})), StatusCode::kDataLoss, {MetaPath(), "corrupted"});
+  EXPECT_EQ(LoadExtraState(dir_).status().code(), StatusCode::kDataLoss);
+}
+
+TEST_F(CheckpointErrorTest, UnknownVersion) {
+  std::string bytes = Read(MetaPath());
+  bytes[8] = 9;  // version field; the CRC is resealed so only the version is wrong
+  const uint32_t crc = Crc32c(std::as_bytes(std::span<const char>(bytes.data(), bytes.size() - 4)));
+  std::memcpy(bytes.data() + bytes.size() - 4, &crc, 4);
+  Write(MetaPath(), bytes);
+  ExpectAllFail(LoadStatuses(dir_, "rep", {5, 7}, Mesh({2})), StatusCode::kUnimplemented,
+                {MetaPath(), "version 9", "only version 1"});
+}
+
+TEST_F(CheckpointErrorTest, UnknownNameShapeAndDTypeMismatch) {
+  ExpectAllFail(LoadStatuses(dir_, "nope", {5, 7}, Mesh({2})), StatusCode::kNotFound, {"'nope'", MetaPath()});
+  ExpectAllFail(LoadStatuses(dir_, "rep", {7, 5}, Mesh({2})), StatusCode::kInvalidArgument,
+                {"'rep'", MetaPath(), "[5,7]", "[7,5]"});
+  ExpectAllFail(LoadStatuses(dir_, "rep", {5, 7}, Mesh({2}), DType::kF32), StatusCode::kInvalidArgument,
+                {"'rep'", MetaPath(), "i32", "f32"});
+}
+
+TEST(CheckpointTest, SaveRejectsBadInputsOnEveryRank) {
+  const std::string dir = TestDir("bad_inputs");
+  const DeviceMesh mesh = Mesh({2});
+  const Layout layout = Layout::Create({4}, mesh, {Shard{0}}).value();
+  std::vector<Status> out(2);
+  ASSERT_TRUE(WorldOf(2)
+                  .Run([&](Communicator& comm) -> Status {
+                    MF_ASSIGN_OR_RETURN(MeshComms comms, MeshComms::Create(comm, mesh));
+                    MF_ASSIGN_OR_RETURN(DTensor x, Distribute(GlobalFor(DType::kF32, {4}), layout, comm.world_rank()));
+                    // Only rank 1 passes a duplicate name: both ranks must fail.
+                    std::vector<std::pair<std::string, const DTensor*>> named = {{"a", &x}};
+                    if (comm.world_rank() == 1) named.push_back({"a", &x});
+                    out[comm.world_rank()] = SaveCheckpoint(dir, named, comms);
+                    return Status();
+                  })
+                  .ok());
+  ExpectAllFail(out, StatusCode::kInvalidArgument, {"duplicate tensor name 'a'"});
+  EXPECT_FALSE(fs::exists(dir));
+  // A non-checkpoint directory is never replaced.
+  fs::create_directories(dir);
+  std::ofstream(dir + "/precious.txt") << "x";
+  ASSERT_TRUE(WorldOf(2)
+                  .Run([&](Communicator& comm) -> Status {
+                    MF_ASSIGN_OR_RETURN(MeshComms comms, MeshComms::Create(comm, mesh));
+                    MF_ASSIGN_OR_RETURN(DTensor x, Distribute(GlobalFor(DType::kF32, {4}), layout, comm.world_rank()));
+                    out[comm.world_rank()] = SaveCheckpoint(dir, {{"a", &x}}, comms);
+                    return Status();
+                  })
+                  .ok());
+  ExpectAllFail(out, StatusCode::kFailedPrecondition, {"refusing to replace"});
+  EXPECT_TRUE(fs::exists(dir + "/precious.txt"));
+}
+
+}  // namespace
+}  // namespace meshflow
