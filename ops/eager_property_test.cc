@@ -1,0 +1,133 @@
+// Property test: random meshes, uneven shapes, random input layouts (Shard / Replicate /
+// Partial of any op, random shard orders) for matmul, add, sum/mean/max and softmax. The op picks
+// its own strategy (redistributing as needed); FullTensor of the result must equal the kernel
+// run on the global tensors.
+#include <algorithm>
+#include <random>
+
+#include <gtest/gtest.h>
+
+#include "collectives/dtensor_api.h"
+#include "collectives/mesh_comms.h"
+#include "ops/eager.h"
+#include "ops/kernels.h"
+#include "ops/test_util.h"
+
+namespace meshflow::ops {
+namespace {
+
+using testing::Compare;
+using testing::GlobalFor;
+using testing::WorldOf;
+
+class Gen {
+ public:
+  explicit Gen(uint32_t seed) : rng_(seed) {}
+  int U(int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng_); }
+
+  DeviceMesh Mesh() {
+    static const std::vector<std::vector<int64_t>> kShapes = {{1}, {2}, {3}, {4}, {2, 2}, {1, 2}, {2, 3}, {3, 2}};
+    return *DeviceMesh::Create(kShapes[U(0, static_cast<int>(kShapes.size()) - 1)]);
+  }
+
+  Layout RandomLayout(const std::vector<int64_t>& shape, const DeviceMesh& mesh) {
+    static const ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax, ReduceOp::kMin};
+    const ReduceOp op = U(0, 1) == 0 ? ReduceOp::kSum : kOps[U(0, 3)];
+    const int rank = static_cast<int>(shape.size());
+    Placements p;
+    for (int m = 0; m < mesh.ndim(); ++m) {
+      const int k = U(0, 5);
+      if (k <= 2 && rank > 0) {
+        p.push_back(Shard{U(0, rank - 1)});
+      } else if (k <= 4) {
+        p.push_back(Replicate{});
+      } else {
+        p.push_back(Partial{op});
+      }
+    }
+    ShardOrder order(static_cast<size_t>(rank));
+    for (int m = 0; m < mesh.ndim(); ++m) {
+      if (IsShard(p[m])) order[std::get<Shard>(p[m]).dim].push_back(m);
+    }
+    for (auto& o : order) std::shuffle(o.begin(), o.end(), rng_);
+    return *Layout::Create(shape, mesh, p, order);
+  }
+
+  std::mt19937& rng() { return rng_; }
+
+ private:
+  std::mt19937 rng_;
+};
+
+struct Case {
+  OpSpec op;
+  std::vector<std::vector<int64_t>> shapes;
+};
+
+Case RandomCase(Gen& g) {
+  const int64_t r = g.U(1, 6), c = g.U(1, 7);
+  switch (g.U(0, 5)) {
+    case 0: return {OpSpec::Matmul(), {{r, c}, {c, g.U(1, 5)}}};
+    case 1: return {OpSpec::Matmul(), {{g.U(1, 3), r, c}, {c, g.U(0, 4)}}};
+    case 2: {
+      const int kind = g.U(0, 2);
+      std::vector<int64_t> b = kind == 0 ? std::vector<int64_t>{r, c} : kind == 1 ? std::vector<int64_t>{c}
+                                                                                   : std::vector<int64_t>{r, 1};
+      return {OpSpec::Binary(BinaryOp::kAdd), {{r, c}, b}};
+    }
+    case 3: {
+      static const ReduceKind kKinds[] = {ReduceKind::kSum, ReduceKind::kMean, ReduceKind::kMax, ReduceKind::kMin};
+      std::vector<int> dims;
+      const int which = g.U(0, 3);
+      if (which == 1) dims = {0};
+      if (which == 2) dims = {1};
+      if (which == 3) dims = {-1, 0};
+      return {OpSpec::Reduce(kKinds[g.U(0, 3)], dims, g.U(0, 1) == 1), {{r, c}}};
+    }
+    case 4: return {OpSpec::Softmax(g.U(0, 1) == 0 ? 0 : -1, g.U(0, 1) == 1), {{r, c}}};
+    default: return {OpSpec::Softmax(1, false), {{g.U(1, 3), r, c}}};
+  }
+}
+
+TEST(EagerProperty, RandomLayouts) {
+  Gen g(20240611);
+  int cases = 0;
+  for (int iter = 0; iter < 250; ++iter) {
+    const Case c = RandomCase(g);
+    const DeviceMesh mesh = g.Mesh();
+    const DType dtype = g.U(0, 1) == 0 ? DType::kF64 : DType::kF32;
+    std::vector<Tensor> globals;
+    std::vector<Layout> layouts;
+    for (size_t i = 0; i < c.shapes.size(); ++i) {
+      globals.push_back(GlobalFor(dtype, c.shapes[i], static_cast<int>(i) + iter));
+      layouts.push_back(g.RandomLayout(c.shapes[i], mesh));
+    }
+    std::vector<const Tensor*> gp;
+    for (const Tensor& t : globals) gp.push_back(&t);
+    StatusOr<Tensor> want = RunKernel(c.op, gp);
+    ASSERT_TRUE(want.ok()) << want.status();
+    std::string what = c.op.ToString() + " on " + mesh.ToString() + " " + std::string(DTypeName(dtype));
+    for (const Layout& l : layouts) what += " | " + l.ToString();
+    Status st = WorldOf(mesh.size()).Run([&](Communicator& comm) -> Status {
+      MF_ASSIGN_OR_RETURN(MeshComms comms, MeshComms::Create(comm, mesh));
+      std::vector<DTensor> in;
+      for (size_t i = 0; i < globals.size(); ++i) {
+        MF_ASSIGN_OR_RETURN(DTensor x, Distribute(globals[i], layouts[i], comm.rank()));
+        in.push_back(std::move(x));
+      }
+      std::vector<const DTensor*> ip;
+      for (const DTensor& x : in) ip.push_back(&x);
+      MF_ASSIGN_OR_RETURN(DTensor y, RunOp(c.op, ip, comms));
+      MF_ASSIGN_OR_RETURN(Tensor full, FullTensor(y, comms));
+      const std::string diff = Compare(full, *want);
+      if (!diff.empty()) return InternalError(diff);
+      return Status::Ok();
+    });
+    EXPECT_TRUE(st.ok()) << what << ": " << st;
+    ++cases;
+  }
+  std::cout << cases << " random cases\n";
+}
+
+}  // namespace
+}  // namespace meshflow::ops
