@@ -14,21 +14,47 @@ std::vector<int64_t> Sub(std::span<const int64_t> a, std::span<const int64_t> b)
   return out;
 }
 
-// The part `piece` (global coordinates, inside `box`) of `t` whose global box is `box`.
-Tensor SliceGlobal(const Tensor& t, const Box& box, const Box& piece) {
-  return t.Slice(Box{Sub(piece.offset, box.offset), piece.shape});
+// Copies the part `piece` (global coordinates, inside `box`) of `t`, whose global box is `box`,
+// to `dst` as a dense row-major block. Returns the bytes written.
+int64_t PackPiece(const Tensor& t, const Box& box, const Box& piece, std::byte* dst) {
+  const std::vector<int64_t> zero(piece.shape.size(), 0);
+  CopyRegion(t.raw(), t.shape(), Sub(piece.offset, box.offset), dst, piece.shape, zero, piece.shape,
+             DTypeSize(t.dtype()));
+  return piece.NumElements() * DTypeSize(t.dtype());
 }
 
-// Appends the bytes of `t` to `buf`.
-void Append(std::vector<std::byte>& buf, const Tensor& t) {
-  buf.insert(buf.end(), t.raw(), t.raw() + t.NumBytes());
+// Writes the dense block at `src` (shape piece.shape) into `out`, whose global box is `out_box`.
+void UnpackPiece(const std::byte* src, const Box& piece, Tensor& out, const Box& out_box) {
+  const std::vector<int64_t> zero(piece.shape.size(), 0);
+  CopyRegion(src, piece.shape, zero, out.raw(), out.shape(), Sub(piece.offset, out_box.offset), piece.shape,
+             DTypeSize(out.dtype()));
 }
 
-// A tensor of `shape` built from `count` elements at `data`.
-Tensor FromBytes(DType dtype, const std::vector<int64_t>& shape, const std::byte* data) {
-  Tensor t = Tensor::Zeros(dtype, shape);
-  std::copy(data, data + t.NumBytes(), t.raw());
-  return t;
+// Bytes of the blocks `pieces` packed back to back.
+int64_t PackedBytes(std::span<const Box> pieces, DType dtype) {
+  int64_t n = 0;
+  for (const Box& b : pieces) n += b.NumElements();
+  return n * DTypeSize(dtype);
+}
+
+// True when every block is a contiguous run of `outer` (row-major) and the runs follow each
+// other in block order with no gap: then the blocks, concatenated, are exactly `outer`'s buffer.
+bool BlocksTileInOrder(std::span<const Box> blocks, const Box& outer) {
+  int64_t next = 0;
+  for (const Box& b : blocks) {
+    if (b.empty()) continue;
+    // Contiguous iff, after the first dim where the block is longer than 1, it spans full dims.
+    int d = 0;
+    while (d < b.rank() && b.shape[d] == 1) ++d;
+    for (int e = d + 1; e < b.rank(); ++e) {
+      if (b.shape[e] != outer.shape[e]) return false;
+    }
+    int64_t flat = 0;
+    for (int e = 0; e < b.rank(); ++e) flat = flat * outer.shape[e] + (b.offset[e] - outer.offset[e]);
+    if (flat != next) return false;
+    next += b.NumElements();
+  }
+  return next == outer.NumElements();
 }
 
 struct GroupInfo {
@@ -67,21 +93,27 @@ Status RunAllGather(const PlanStep& step, MeshComms& comms, Tensor& local, int r
     counts.push_back(b.NumElements());
     from_boxes.push_back(std::move(b));
   }
+  for (size_t q = 0; q < g.members.size(); ++q) {
+    const Box& b = from_boxes[q];
+    if (!b.empty() && !(Intersect(b, to_box) == b)) {
+      return InternalError("all_gather: block " + b.ToString() + " of rank " + std::to_string(g.members[q]) +
+                           " is not inside the target box " + to_box.ToString());
+    }
+  }
+  Tensor out = Tensor::Zeros(local.dtype(), to_box.shape);
+  if (BlocksTileInOrder(from_boxes, to_box)) {
+    // The blocks lie back to back in the output (e.g. gathering the outermost dim): receive in place.
+    MF_RETURN_IF_ERROR(g.comm->AllGatherV(local.raw(), local.NumElements(), out.raw(), counts, local.dtype()));
+    local = std::move(out);
+    return Status();
+  }
   int64_t total = 0;
   for (int64_t c : counts) total += c;
   std::vector<std::byte> recv(static_cast<size_t>(total * DTypeSize(local.dtype())));
   MF_RETURN_IF_ERROR(g.comm->AllGatherV(local.raw(), local.NumElements(), recv.data(), counts, local.dtype()));
-  Tensor out = Tensor::Zeros(local.dtype(), to_box.shape);
   int64_t pos = 0;
   for (size_t q = 0; q < g.members.size(); ++q) {
-    const Box& b = from_boxes[q];
-    if (!b.empty()) {
-      if (!(Intersect(b, to_box) == b)) {
-        return InternalError("all_gather: block " + b.ToString() + " of rank " + std::to_string(g.members[q]) +
-                             " is not inside the target box " + to_box.ToString());
-      }
-      out.Insert(Sub(b.offset, to_box.offset), FromBytes(local.dtype(), b.shape, recv.data() + pos));
-    }
+    if (!from_boxes[q].empty()) UnpackPiece(recv.data() + pos, from_boxes[q], out, to_box);
     pos += counts[q] * DTypeSize(local.dtype());
   }
   local = std::move(out);
@@ -101,7 +133,7 @@ Status RunReduceScatter(const PlanStep& step, MeshComms& comms, Tensor& local, i
   if (!op) return InternalError("reduce_scatter step from a layout without Partial: " + step.from.ToString());
   MF_ASSIGN_OR_RETURN(Box from_box, step.from.LocalBox(rank));
   MF_ASSIGN_OR_RETURN(Box to_box, step.to.LocalBox(rank));
-  std::vector<std::byte> send;
+  std::vector<Box> pieces;
   std::vector<int64_t> counts;
   for (int q : g.members) {
     MF_ASSIGN_OR_RETURN(Box tq, step.to.LocalBox(q));
@@ -111,8 +143,11 @@ Status RunReduceScatter(const PlanStep& step, MeshComms& comms, Tensor& local, i
                            " is not inside the source box " + from_box.ToString());
     }
     counts.push_back(piece.NumElements());
-    Append(send, SliceGlobal(local, from_box, piece));
+    pieces.push_back(std::move(piece));
   }
+  std::vector<std::byte> send(static_cast<size_t>(PackedBytes(pieces, local.dtype())));
+  int64_t pos = 0;
+  for (const Box& piece : pieces) pos += PackPiece(local, from_box, piece, send.data() + pos);
   Tensor out = Tensor::Zeros(local.dtype(), to_box.shape);
   MF_RETURN_IF_ERROR(g.comm->ReduceScatterV(send.data(), counts, out.raw(), local.dtype(), *op));
   local = std::move(out);
@@ -123,18 +158,24 @@ Status RunAllToAll(const PlanStep& step, MeshComms& comms, Tensor& local, int ra
   MF_ASSIGN_OR_RETURN(GroupInfo g, GetGroup(comms, step.mesh_dims));
   MF_ASSIGN_OR_RETURN(Box from_box, step.from.LocalBox(rank));
   MF_ASSIGN_OR_RETURN(Box to_box, step.to.LocalBox(rank));
-  std::vector<std::byte> send;
   std::vector<int64_t> send_counts, recv_counts;
-  std::vector<Box> recv_pieces;
+  std::vector<Box> send_pieces, recv_pieces;
   for (int q : g.members) {
     MF_ASSIGN_OR_RETURN(Box tq, step.to.LocalBox(q));
     MF_ASSIGN_OR_RETURN(Box fq, step.from.LocalBox(q));
     Box out_piece = Intersect(from_box, tq);
     send_counts.push_back(out_piece.NumElements());
-    if (!out_piece.empty()) Append(send, SliceGlobal(local, from_box, out_piece));
+    send_pieces.push_back(std::move(out_piece));
     Box in_piece = Intersect(fq, to_box);
     recv_counts.push_back(in_piece.NumElements());
     recv_pieces.push_back(std::move(in_piece));
+  }
+  std::vector<std::byte> send(static_cast<size_t>(PackedBytes(send_pieces, local.dtype())));
+  {
+    int64_t spos = 0;
+    for (const Box& piece : send_pieces) {
+      if (!piece.empty()) spos += PackPiece(local, from_box, piece, send.data() + spos);
+    }
   }
   int64_t total = 0;
   for (int64_t c : recv_counts) total += c;
@@ -144,7 +185,7 @@ Status RunAllToAll(const PlanStep& step, MeshComms& comms, Tensor& local, int ra
   int64_t pos = 0, covered = 0;
   for (size_t q = 0; q < recv_pieces.size(); ++q) {
     const Box& p = recv_pieces[q];
-    if (!p.empty()) out.Insert(Sub(p.offset, to_box.offset), FromBytes(local.dtype(), p.shape, recv.data() + pos));
+    if (!p.empty()) UnpackPiece(recv.data() + pos, p, out, to_box);
     pos += recv_counts[q] * DTypeSize(local.dtype());
     covered += recv_counts[q];
   }
@@ -163,7 +204,8 @@ Status RunLocalSlice(const PlanStep& step, Tensor& local, int rank) {
     return InternalError("local_slice: target box " + to_box.ToString() + " is not inside source box " +
                          from_box.ToString());
   }
-  local = to_box.empty() ? Tensor::Zeros(local.dtype(), to_box.shape) : SliceGlobal(local, from_box, to_box);
+  local = to_box.empty() ? Tensor::Zeros(local.dtype(), to_box.shape)
+                         : local.Slice(Box{Sub(to_box.offset, from_box.offset), to_box.shape});
   return Status();
 }
 
@@ -195,7 +237,7 @@ Status RunSendRecv(const PlanStep& step, MeshComms& comms, Tensor& local, int ra
   std::vector<Tensor> send_bufs, recv_bufs;
   std::vector<Box> recv_boxes;
   for (const Transfer& t : transfers) {
-    if (t.src_rank == rank) send_bufs.push_back(SliceGlobal(local, from_box, t.box));
+    if (t.src_rank == rank) send_bufs.push_back(local.Slice(Box{Sub(t.box.offset, from_box.offset), t.box.shape}));
     if (t.dst_rank == rank) {
       recv_bufs.push_back(Tensor::Zeros(local.dtype(), t.box.shape));
       recv_boxes.push_back(t.box);
@@ -217,10 +259,11 @@ Status RunSendRecv(const PlanStep& step, MeshComms& comms, Tensor& local, int ra
   MF_RETURN_IF_ERROR(g.comm->SendRecv(sends, recvs, local.dtype()));
   Tensor out = Tensor::Zeros(local.dtype(), to_box.shape);
   Box kept = Intersect(from_box, to_box);
-  if (!kept.empty()) out.Insert(Sub(kept.offset, to_box.offset), SliceGlobal(local, from_box, kept));
-  for (size_t i = 0; i < recv_bufs.size(); ++i) {
-    out.Insert(Sub(recv_boxes[i].offset, to_box.offset), recv_bufs[i]);
+  if (!kept.empty()) {
+    CopyRegion(local.raw(), local.shape(), Sub(kept.offset, from_box.offset), out.raw(), out.shape(),
+               Sub(kept.offset, to_box.offset), kept.shape, DTypeSize(local.dtype()));
   }
+  for (size_t i = 0; i < recv_bufs.size(); ++i) UnpackPiece(recv_bufs[i].raw(), recv_boxes[i], out, to_box);
   local = std::move(out);
   return Status();
 }
