@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "collectives/call_check.h"
 #include "collectives/reduce.h"
 
 namespace meshflow {
@@ -41,38 +42,6 @@ namespace {
 
 using threads_internal::CounterTable;
 using Clock = std::chrono::steady_clock;
-
-enum class Kind { kAllGather, kReduceScatter, kAllReduce, kAllToAll, kBroadcast, kBarrier, kSplit };
-
-const char* KindName(Kind k) {
-  switch (k) {
-    case Kind::kAllGather:
-      return "all_gather";
-    case Kind::kReduceScatter:
-      return "reduce_scatter";
-    case Kind::kAllReduce:
-      return "all_reduce";
-    case Kind::kAllToAll:
-      return "all_to_all";
-    case Kind::kBroadcast:
-      return "broadcast";
-    case Kind::kBarrier:
-      return "barrier";
-    case Kind::kSplit:
-      return "split";
-  }
-  return "?";
-}
-
-template <typename T>
-std::string ListString(const std::vector<T>& v) {
-  std::string s = "[";
-  for (size_t i = 0; i < v.size(); ++i) {
-    if (i > 0) s += ",";
-    s += std::to_string(v[i]);
-  }
-  return s + "]";
-}
 
 // Pointer arithmetic that is well defined for null pointers with a zero offset.
 const std::byte* At(const void* p, int64_t bytes) {
@@ -106,13 +75,7 @@ class GroupState;
 
 // What one rank posts for a collective.
 struct Post {
-  Kind kind = Kind::kBarrier;
-  DType dtype = DType::kF32;
-  ReduceOp op = ReduceOp::kSum;
-  int root = 0;
-  int64_t count = 0;
-  std::vector<int64_t> counts;   // all_gather recv_counts, reduce_scatter counts, all_to_all send_counts
-  std::vector<int64_t> counts2;  // all_to_all recv_counts
+  CollectiveCall call;  // what the members must agree on (collectives/call_check.h)
   const void* send = nullptr;
   void* recv = nullptr;
   int color = 0;
@@ -156,12 +119,10 @@ class GroupState {
   // Counts `bytes` moved from group rank `from` to group rank `to`.
   void Count(int from, int to, int64_t bytes) { counters_->Add(world(from), world(to), bytes); }
 
-  std::string Describe(const char* what) const {
-    return std::string(what) + " on group " + ListString(world_ranks_) + " (world ranks)";
-  }
-  std::string RankName(int r) const {
-    return "group rank " + std::to_string(r) + " (world " + std::to_string(world(r)) + ")";
-  }
+  // Names a call of group rank `rank` in messages (see collectives/call_check.h).
+  CallSite Site(const char* what, int rank = 0) const { return CallSite{"", what, world_ranks_, rank}; }
+  std::string Describe(const char* what) const { return Site(what).Describe(); }
+  std::string RankName(int r) const { return Site("").RankName(r); }
 
   // Phase 1: posts `post` for `rank` and waits until every member has posted.
   Status Arrive(int rank, Post post, const char* what) {
@@ -273,55 +234,16 @@ Status GroupState::SendRecv(int me, std::span<const SendSpec> sends, std::span<c
   const char* what = "send_recv";
   const int64_t es = DTypeSize(dtype);
   // Validation.
-  for (size_t i = 0; i < sends.size(); ++i) {
-    const SendSpec& s = sends[i];
-    if (s.peer < 0 || s.peer >= n_) {
-      return InvalidArgumentError(Describe(what) + ": send " + std::to_string(i) + " has peer " +
-                                  std::to_string(s.peer) + " outside [0, " + std::to_string(n_) + ")");
-    }
-    if (s.count < 0) {
-      return InvalidArgumentError(Describe(what) + ": send " + std::to_string(i) + " has negative count " +
-                                  std::to_string(s.count));
-    }
-    if (s.count > 0 && s.buffer == nullptr) {
-      return InvalidArgumentError(Describe(what) + ": send " + std::to_string(i) + " has a null buffer for count " +
-                                  std::to_string(s.count));
-    }
-  }
-  for (size_t i = 0; i < recvs.size(); ++i) {
-    const RecvSpec& r = recvs[i];
-    if (r.peer < 0 || r.peer >= n_) {
-      return InvalidArgumentError(Describe(what) + ": receive " + std::to_string(i) + " has peer " +
-                                  std::to_string(r.peer) + " outside [0, " + std::to_string(n_) + ")");
-    }
-    if (r.count < 0) {
-      return InvalidArgumentError(Describe(what) + ": receive " + std::to_string(i) + " has negative count " +
-                                  std::to_string(r.count));
-    }
-    if (r.count > 0 && r.buffer == nullptr) {
-      return InvalidArgumentError(Describe(what) + ": receive " + std::to_string(i) + " has a null buffer for count " +
-                                  std::to_string(r.count));
-    }
-  }
-  std::vector<const SendSpec*> self_sends;
-  std::vector<const RecvSpec*> self_recvs;
-  for (const SendSpec& s : sends) {
-    if (s.peer == me) self_sends.push_back(&s);
-  }
-  for (const RecvSpec& r : recvs) {
-    if (r.peer == me) self_recvs.push_back(&r);
-  }
-  if (self_sends.size() != self_recvs.size()) {
-    return InvalidArgumentError(Describe(what) + ": " + std::to_string(self_sends.size()) + " sends to self but " +
-                                std::to_string(self_recvs.size()) + " receives from self at " + RankName(me));
-  }
-  for (size_t k = 0; k < self_sends.size(); ++k) {
-    if (self_sends[k]->count != self_recvs[k]->count) {
-      return InvalidArgumentError(Describe(what) + ": send to self #" + std::to_string(k) + " has count " +
-                                  std::to_string(self_sends[k]->count) + " but receive from self #" +
-                                  std::to_string(k) + " has count " + std::to_string(self_recvs[k]->count));
-    }
-  }
+  const CallSite site = Site(what, me);
+  SelfTransfers self;
+  MF_RETURN_IF_ERROR(CheckSendRecv(
+      site, sends, recvs,
+      [&](const std::string& name, const void* buffer, int64_t count) {
+        return CheckSpecBuffer(site, name, buffer, count);
+      },
+      &self));
+  const std::vector<const SendSpec*>& self_sends = self.sends;
+  const std::vector<const RecvSpec*>& self_recvs = self.recvs;
 
   const Clock::time_point deadline = Clock::now() + timeout_;
   std::vector<Message> msgs;
@@ -443,55 +365,8 @@ class RunState {
 // Checks that every member posted the same collective with agreeing arguments. Every rank runs it
 // on the same posts, so every rank reaches the same verdict.
 Status ValidatePosts(const GroupState& g) {
-  const int n = g.size();
-  const Post& p0 = g.post(0);
-  const char* what = KindName(p0.kind);
-  auto mismatch = [&](int r, const std::string& field, const std::string& v0, const std::string& vr) {
-    return FailedPreconditionError(g.Describe(what) + ": mismatched " + field + ": " + v0 + " at " + g.RankName(0) +
-                                   " vs " + vr + " at " + g.RankName(r));
-  };
-  for (int r = 1; r < n; ++r) {
-    const Post& p = g.post(r);
-    if (p.kind != p0.kind) return mismatch(r, "collectives", KindName(p0.kind), KindName(p.kind));
-  }
-  const Kind k = p0.kind;
-  const bool has_dtype = k != Kind::kBarrier && k != Kind::kSplit;
-  const bool has_op = k == Kind::kAllReduce || k == Kind::kReduceScatter;
-  for (int r = 1; r < n; ++r) {
-    const Post& p = g.post(r);
-    if (has_dtype && p.dtype != p0.dtype) {
-      return mismatch(r, "dtype", std::string(DTypeName(p0.dtype)), std::string(DTypeName(p.dtype)));
-    }
-    if (has_op && p.op != p0.op) {
-      return mismatch(r, "reduce op", std::string(ReduceOpName(p0.op)), std::string(ReduceOpName(p.op)));
-    }
-    if (k == Kind::kBroadcast && p.root != p0.root) {
-      return mismatch(r, "root", std::to_string(p0.root), std::to_string(p.root));
-    }
-    if ((k == Kind::kBroadcast || k == Kind::kAllReduce) && p.count != p0.count) {
-      return mismatch(r, "count", std::to_string(p0.count), std::to_string(p.count));
-    }
-    if (k == Kind::kAllGather && p.counts != p0.counts) {
-      return mismatch(r, "recv_counts", ListString(p0.counts), ListString(p.counts));
-    }
-    if (k == Kind::kReduceScatter && p.counts != p0.counts) {
-      return mismatch(r, "counts", ListString(p0.counts), ListString(p.counts));
-    }
-  }
-  if (k == Kind::kAllToAll) {
-    for (int r = 0; r < n; ++r) {
-      for (int s = 0; s < n; ++s) {
-        const int64_t sent = g.post(r).counts[static_cast<size_t>(s)];
-        const int64_t expected = g.post(s).counts2[static_cast<size_t>(r)];
-        if (sent != expected) {
-          return FailedPreconditionError(g.Describe(what) + ": mismatched counts: " + g.RankName(r) + " sends " +
-                                         std::to_string(sent) + " elements to " + g.RankName(s) + ", which expects " +
-                                         std::to_string(expected) + " from it");
-        }
-      }
-    }
-  }
-  return Status();
+  return CheckCallsMatch(g.Site(CollectiveKindName(g.post(0).call.kind)), g.size(),
+                         [&g](int r) -> const CollectiveCall& { return g.post(r).call; });
 }
 
 class ThreadComm final : public Communicator {
@@ -535,7 +410,7 @@ class ThreadComm final : public Communicator {
   // that must wait until no peer reads this rank's buffers). A mismatch breaks the group.
   template <typename Data, typename After>
   Status Collective(Post post, Data&& data, After&& after) {
-    const char* what = KindName(post.kind);
+    const char* what = CollectiveKindName(post.call.kind);
     MF_RETURN_IF_ERROR(group_->Arrive(rank_, std::move(post), what));
     Status s = ValidatePosts(*group_);
     if (s.ok()) s = data();
@@ -548,30 +423,7 @@ class ThreadComm final : public Communicator {
     return Status();
   }
 
-  Status CheckCounts(const char* what, const char* name, std::span<const int64_t> counts) const {
-    if (static_cast<int>(counts.size()) != size()) {
-      return InvalidArgumentError(group_->Describe(what) + ": " + name + " has " + std::to_string(counts.size()) +
-                                  " entries, expected the group size " + std::to_string(size()));
-    }
-    for (size_t i = 0; i < counts.size(); ++i) {
-      if (counts[i] < 0) {
-        return InvalidArgumentError(group_->Describe(what) + ": " + name + "[" + std::to_string(i) +
-                                    "] = " + std::to_string(counts[i]) + " is negative");
-      }
-    }
-    return Status();
-  }
-  Status CheckBuffer(const char* what, const char* name, const void* p, int64_t count) const {
-    if (count < 0) {
-      return InvalidArgumentError(group_->Describe(what) + ": negative count " + std::to_string(count) + " for " +
-                                  name);
-    }
-    if (count > 0 && p == nullptr) {
-      return InvalidArgumentError(group_->Describe(what) + ": " + name + " is null for " + std::to_string(count) +
-                                  " elements");
-    }
-    return Status();
-  }
+  CallSite Site(const char* what) const { return group_->Site(what, rank_); }
 
   std::shared_ptr<RunState> run_;
   std::shared_ptr<GroupState> group_;
@@ -580,24 +432,20 @@ class ThreadComm final : public Communicator {
 
 Status ThreadComm::AllGatherV(const void* send, int64_t send_count, void* recv, std::span<const int64_t> recv_counts,
                               DType dtype) {
-  const char* what = "all_gather";
-  MF_RETURN_IF_ERROR(CheckCounts(what, "recv_counts", recv_counts));
-  if (send_count != recv_counts[static_cast<size_t>(rank_)]) {
-    return InvalidArgumentError(group_->Describe(what) + ": send_count " + std::to_string(send_count) +
-                                " != recv_counts[" + std::to_string(rank_) +
-                                "] = " + std::to_string(recv_counts[static_cast<size_t>(rank_)]));
-  }
+  const CallSite site = Site("all_gather");
+  MF_RETURN_IF_ERROR(CheckCounts(site, "recv_counts", recv_counts));
+  MF_RETURN_IF_ERROR(CheckSendCount(site, send_count, recv_counts));
   const int64_t total = Sum(recv_counts);
-  MF_RETURN_IF_ERROR(CheckBuffer(what, "send", send, send_count));
-  MF_RETURN_IF_ERROR(CheckBuffer(what, "recv", recv, total));
+  MF_RETURN_IF_ERROR(CheckBuffer(site, "send", send, send_count));
+  MF_RETURN_IF_ERROR(CheckBuffer(site, "recv", recv, total));
   const int64_t es = DTypeSize(dtype);
   const bool staged = Overlap(send, send_count * es, recv, total * es);
   std::vector<std::byte> temp(staged ? static_cast<size_t>(total * es) : 0);
   void* dst = staged ? static_cast<void*>(temp.data()) : recv;
   Post post;
-  post.kind = Kind::kAllGather;
-  post.dtype = dtype;
-  post.counts.assign(recv_counts.begin(), recv_counts.end());
+  post.call.kind = CollectiveKind::kAllGather;
+  post.call.dtype = dtype;
+  post.call.counts.assign(recv_counts.begin(), recv_counts.end());
   post.send = send;
   post.recv = recv;
   const std::vector<int64_t> off = Offsets(recv_counts);
@@ -618,21 +466,21 @@ Status ThreadComm::AllGatherV(const void* send, int64_t send_count, void* recv, 
 
 Status ThreadComm::ReduceScatterV(const void* send, std::span<const int64_t> counts, void* recv, DType dtype,
                                   ReduceOp op) {
-  const char* what = "reduce_scatter";
-  MF_RETURN_IF_ERROR(CheckCounts(what, "counts", counts));
+  const CallSite site = Site("reduce_scatter");
+  MF_RETURN_IF_ERROR(CheckCounts(site, "counts", counts));
   const int64_t total = Sum(counts);
   const int64_t mine = counts[static_cast<size_t>(rank_)];
-  MF_RETURN_IF_ERROR(CheckBuffer(what, "send", send, total));
-  MF_RETURN_IF_ERROR(CheckBuffer(what, "recv", recv, mine));
+  MF_RETURN_IF_ERROR(CheckBuffer(site, "send", send, total));
+  MF_RETURN_IF_ERROR(CheckBuffer(site, "recv", recv, mine));
   const int64_t es = DTypeSize(dtype);
   const bool staged = Overlap(send, total * es, recv, mine * es);
   std::vector<std::byte> temp(staged ? static_cast<size_t>(mine * es) : 0);
   void* dst = staged ? static_cast<void*>(temp.data()) : recv;
   Post post;
-  post.kind = Kind::kReduceScatter;
-  post.dtype = dtype;
-  post.op = op;
-  post.counts.assign(counts.begin(), counts.end());
+  post.call.kind = CollectiveKind::kReduceScatter;
+  post.call.dtype = dtype;
+  post.call.op = op;
+  post.call.counts.assign(counts.begin(), counts.end());
   post.send = send;
   post.recv = recv;
   const int64_t my_off = Offsets(counts)[static_cast<size_t>(rank_)];
@@ -652,9 +500,9 @@ Status ThreadComm::ReduceScatterV(const void* send, std::span<const int64_t> cou
 }
 
 Status ThreadComm::AllReduce(const void* send, void* recv, int64_t count, DType dtype, ReduceOp op) {
-  const char* what = "all_reduce";
-  MF_RETURN_IF_ERROR(CheckBuffer(what, "send", send, count));
-  MF_RETURN_IF_ERROR(CheckBuffer(what, "recv", recv, count));
+  const CallSite site = Site("all_reduce");
+  MF_RETURN_IF_ERROR(CheckBuffer(site, "send", send, count));
+  MF_RETURN_IF_ERROR(CheckBuffer(site, "recv", recv, count));
   const int64_t es = DTypeSize(dtype);
   const int n = size();
   // torch.chunk chunks: chunk c = [c*chunk, min(count, (c+1)*chunk)).
@@ -664,10 +512,10 @@ Status ThreadComm::AllReduce(const void* send, void* recv, int64_t count, DType 
   const int64_t mine = end(rank_) - begin(rank_);
   std::vector<std::byte> reduced(static_cast<size_t>(mine * es));
   Post post;
-  post.kind = Kind::kAllReduce;
-  post.dtype = dtype;
-  post.op = op;
-  post.count = count;
+  post.call.kind = CollectiveKind::kAllReduce;
+  post.call.dtype = dtype;
+  post.call.op = op;
+  post.call.count = count;
   post.send = send;
   post.recv = recv;
   return Collective(
@@ -697,22 +545,22 @@ Status ThreadComm::AllReduce(const void* send, void* recv, int64_t count, DType 
 
 Status ThreadComm::AllToAllV(const void* send, std::span<const int64_t> send_counts, void* recv,
                              std::span<const int64_t> recv_counts, DType dtype) {
-  const char* what = "all_to_all";
-  MF_RETURN_IF_ERROR(CheckCounts(what, "send_counts", send_counts));
-  MF_RETURN_IF_ERROR(CheckCounts(what, "recv_counts", recv_counts));
+  const CallSite site = Site("all_to_all");
+  MF_RETURN_IF_ERROR(CheckCounts(site, "send_counts", send_counts));
+  MF_RETURN_IF_ERROR(CheckCounts(site, "recv_counts", recv_counts));
   const int64_t send_total = Sum(send_counts);
   const int64_t recv_total = Sum(recv_counts);
-  MF_RETURN_IF_ERROR(CheckBuffer(what, "send", send, send_total));
-  MF_RETURN_IF_ERROR(CheckBuffer(what, "recv", recv, recv_total));
+  MF_RETURN_IF_ERROR(CheckBuffer(site, "send", send, send_total));
+  MF_RETURN_IF_ERROR(CheckBuffer(site, "recv", recv, recv_total));
   const int64_t es = DTypeSize(dtype);
   const bool staged = Overlap(send, send_total * es, recv, recv_total * es);
   std::vector<std::byte> temp(staged ? static_cast<size_t>(recv_total * es) : 0);
   void* dst = staged ? static_cast<void*>(temp.data()) : recv;
   Post post;
-  post.kind = Kind::kAllToAll;
-  post.dtype = dtype;
-  post.counts.assign(send_counts.begin(), send_counts.end());
-  post.counts2.assign(recv_counts.begin(), recv_counts.end());
+  post.call.kind = CollectiveKind::kAllToAll;
+  post.call.dtype = dtype;
+  post.call.counts.assign(send_counts.begin(), send_counts.end());
+  post.call.counts2.assign(recv_counts.begin(), recv_counts.end());
   post.send = send;
   post.recv = recv;
   const std::vector<int64_t> roff = Offsets(recv_counts);
@@ -722,7 +570,7 @@ Status ThreadComm::AllToAllV(const void* send, std::span<const int64_t> send_cou
         for (int s = 0; s < size(); ++s) {
           const Post& p = group_->post(s);
           int64_t src_off = 0;
-          for (int t = 0; t < rank_; ++t) src_off += p.counts[static_cast<size_t>(t)];
+          for (int t = 0; t < rank_; ++t) src_off += p.call.counts[static_cast<size_t>(t)];
           const int64_t bytes = recv_counts[static_cast<size_t>(s)] * es;
           Copy(At(dst, roff[static_cast<size_t>(s)] * es), At(p.send, src_off * es), bytes);
           if (s != rank_) group_->Count(s, rank_, bytes);
@@ -735,18 +583,15 @@ Status ThreadComm::AllToAllV(const void* send, std::span<const int64_t> send_cou
 }
 
 Status ThreadComm::Broadcast(void* buffer, int64_t count, DType dtype, int root) {
-  const char* what = "broadcast";
-  if (root < 0 || root >= size()) {
-    return InvalidArgumentError(group_->Describe(what) + ": root " + std::to_string(root) + " outside [0, " +
-                                std::to_string(size()) + ")");
-  }
-  MF_RETURN_IF_ERROR(CheckBuffer(what, "buffer", buffer, count));
+  const CallSite site = Site("broadcast");
+  MF_RETURN_IF_ERROR(CheckRoot(site, root));
+  MF_RETURN_IF_ERROR(CheckBuffer(site, "buffer", buffer, count));
   const int64_t es = DTypeSize(dtype);
   Post post;
-  post.kind = Kind::kBroadcast;
-  post.dtype = dtype;
-  post.count = count;
-  post.root = root;
+  post.call.kind = CollectiveKind::kBroadcast;
+  post.call.dtype = dtype;
+  post.call.count = count;
+  post.call.root = root;
   post.send = buffer;
   post.recv = buffer;
   return Collective(
@@ -763,14 +608,14 @@ Status ThreadComm::Broadcast(void* buffer, int64_t count, DType dtype, int root)
 
 Status ThreadComm::Barrier() {
   Post post;
-  post.kind = Kind::kBarrier;
+  post.call.kind = CollectiveKind::kBarrier;
   return Collective(
       std::move(post), []() -> Status { return Status(); }, [] {});
 }
 
 StatusOr<std::shared_ptr<Communicator>> ThreadComm::Split(int color, int key) {
   Post post;
-  post.kind = Kind::kSplit;
+  post.call.kind = CollectiveKind::kSplit;
   post.color = color;
   post.key = key;
   std::shared_ptr<GroupState> mine;

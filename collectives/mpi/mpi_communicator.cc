@@ -11,6 +11,7 @@
 #include <thread>
 #include <utility>
 
+#include "collectives/call_check.h"
 #include "collectives/reduce.h"
 
 namespace meshflow {
@@ -43,38 +44,6 @@ alignas(16) std::byte g_send_dummy[16];
 alignas(16) std::byte g_recv_dummy[16];
 
 std::mutex g_init_mu;
-
-enum class Kind : int64_t { kAllGather, kReduceScatter, kAllReduce, kAllToAll, kBroadcast, kBarrier, kSplit };
-
-const char* KindName(int64_t k) {
-  switch (static_cast<Kind>(k)) {
-    case Kind::kAllGather:
-      return "all_gather";
-    case Kind::kReduceScatter:
-      return "reduce_scatter";
-    case Kind::kAllReduce:
-      return "all_reduce";
-    case Kind::kAllToAll:
-      return "all_to_all";
-    case Kind::kBroadcast:
-      return "broadcast";
-    case Kind::kBarrier:
-      return "barrier";
-    case Kind::kSplit:
-      return "split";
-  }
-  return "?";
-}
-
-template <typename T>
-std::string ListString(const std::vector<T>& v) {
-  std::string s = "[";
-  for (size_t i = 0; i < v.size(); ++i) {
-    if (i > 0) s += ",";
-    s += std::to_string(v[i]);
-  }
-  return s + "]";
-}
 
 MPI_Datatype MpiType(DType t) {
   switch (t) {
@@ -170,31 +139,38 @@ struct MpiCommunicator::Header {
   static constexpr int64_t kMagic = 0x6d657368666c6f77;  // "meshflow"
   static constexpr int kFixed = 9;
   int64_t magic = kMagic;
-  int64_t seq = 0;
-  int64_t kind = 0;
-  int64_t dtype = 0;
-  int64_t op = 0;
-  int64_t root = 0;
-  int64_t count = 0;
+  CollectiveCall call;  // seq, kind, dtype, op, root, count; counts and counts2 hold n entries
   int64_t color = 0;
   int64_t key = 0;
-  std::vector<int64_t> counts;   // all_gather recv_counts, reduce_scatter counts, all_to_all send_counts
-  std::vector<int64_t> counts2;  // all_to_all recv_counts
 
-  Header(Kind k, int n)
-      : kind(static_cast<int64_t>(k)), counts(static_cast<size_t>(n)), counts2(static_cast<size_t>(n)) {}
+  Header(CollectiveKind k, int n) {
+    call.kind = k;
+    call.counts.resize(static_cast<size_t>(n));
+    call.counts2.resize(static_cast<size_t>(n));
+  }
 
   static int Words(int n) { return kFixed + 2 * n; }
   void Write(int64_t* w) const {
-    const int64_t fixed[kFixed] = {magic, seq, kind, dtype, op, root, count, color, key};
+    const int64_t fixed[kFixed] = {magic,
+                                   call.seq,
+                                   static_cast<int64_t>(call.kind),
+                                   static_cast<int64_t>(call.dtype),
+                                   static_cast<int64_t>(call.op),
+                                   call.root,
+                                   call.count,
+                                   color,
+                                   key};
     std::copy(fixed, fixed + kFixed, w);
-    std::copy(counts.begin(), counts.end(), w + kFixed);
-    std::copy(counts2.begin(), counts2.end(), w + kFixed + counts.size());
+    std::copy(call.counts.begin(), call.counts.end(), w + kFixed);
+    std::copy(call.counts2.begin(), call.counts2.end(), w + kFixed + call.counts.size());
   }
   void Read(const int64_t* w) {
-    magic = w[0], seq = w[1], kind = w[2], dtype = w[3], op = w[4], root = w[5], count = w[6], color = w[7], key = w[8];
-    std::copy(w + kFixed, w + kFixed + counts.size(), counts.begin());
-    std::copy(w + kFixed + counts.size(), w + kFixed + 2 * counts.size(), counts2.begin());
+    magic = w[0], call.seq = w[1], call.kind = static_cast<CollectiveKind>(w[2]);
+    call.dtype = static_cast<DType>(w[3]), call.op = static_cast<ReduceOp>(w[4]);
+    call.root = w[5], call.count = w[6], color = w[7], key = w[8];
+    const size_t n = call.counts.size();
+    std::copy(w + kFixed, w + kFixed + n, call.counts.begin());
+    std::copy(w + kFixed + n, w + kFixed + 2 * n, call.counts2.begin());
   }
 };
 
@@ -277,33 +253,10 @@ class MpiCommunicator::Call {
 
 namespace {
 
-// Argument checks shared by the collectives (InvalidArgument, local).
-Status CheckCounts(const std::string& where, const char* name, std::span<const int64_t> counts, int n) {
-  if (static_cast<int>(counts.size()) != n) {
-    return InvalidArgumentError(where + ": " + name + " has " + std::to_string(counts.size()) +
-                                " entries, expected the group size " + std::to_string(n));
-  }
-  for (size_t i = 0; i < counts.size(); ++i) {
-    if (counts[i] < 0) {
-      return InvalidArgumentError(where + ": " + name + "[" + std::to_string(i) + "] = " + std::to_string(counts[i]) +
-                                  " is negative");
-    }
-  }
-  return Status();
-}
-
-Status CheckBuffer(const std::string& where, const char* name, const void* p, int64_t count) {
-  if (count < 0) return InvalidArgumentError(where + ": negative count " + std::to_string(count) + " for " + name);
-  if (count > 0 && p == nullptr) {
-    return InvalidArgumentError(where + ": " + name + " is null for " + std::to_string(count) + " elements");
-  }
-  return Status();
-}
-
 // MPI counts and displacements are int.
-Status CheckIntRange(const std::string& where, const std::string& name, int64_t elements) {
+Status CheckIntRange(const CallSite& site, const std::string& name, int64_t elements) {
   if (elements <= INT_MAX) return Status();
-  return InvalidArgumentError(where + ": " + name + " = " + std::to_string(elements) + " elements exceeds INT_MAX (" +
+  return InvalidArgumentError(site.Describe() + ": " + name + " = " + std::to_string(elements) + " elements exceeds INT_MAX (" +
                               std::to_string(INT_MAX) +
                               "), the most one MPI call can address with int counts and displacements; split the "
                               "transfer into smaller ones");
@@ -389,12 +342,9 @@ StatusOr<std::shared_ptr<MpiCommunicator>> MpiCommunicator::Create(MPI_Comm comm
   return std::shared_ptr<MpiCommunicator>(new MpiCommunicator(dup, rank, std::move(parent_world), opts));
 }
 
-std::string MpiCommunicator::Describe(const char* what) const {
-  return std::string("mpi ") + what + " on group " + ListString(world_ranks_) + " (world ranks)";
-}
-std::string MpiCommunicator::RankName(int r) const {
-  return "group rank " + std::to_string(r) + " (world " + std::to_string(world_ranks_[static_cast<size_t>(r)]) + ")";
-}
+CallSite MpiCommunicator::Site(const char* what) const { return CallSite{"mpi ", what, world_ranks_, rank_}; }
+std::string MpiCommunicator::Describe(const char* what) const { return Site(what).Describe(); }
+std::string MpiCommunicator::RankName(int r) const { return Site("").RankName(r); }
 
 ByteCounters MpiCommunicator::counters() const {
   return ByteCounters{g_sent.load(std::memory_order_relaxed), g_received.load(std::memory_order_relaxed)};
@@ -430,7 +380,7 @@ Status MpiCommunicator::Guarded(const char* what, Body&& body) {
 Status MpiCommunicator::ExchangeHeaders(Call& call, Header& mine, std::vector<Header>* all) {
   const int n = size();
   const int words = Header::Words(n);
-  mine.seq = sequence_++;
+  mine.call.seq = sequence_++;
   auto* wire = reinterpret_cast<int64_t*>(call.Stage(static_cast<int64_t>(words) * (n + 1) * 8));
   int64_t* my_wire = wire + static_cast<size_t>(n) * static_cast<size_t>(words);
   mine.Write(my_wire);
@@ -488,7 +438,7 @@ Status MpiCommunicator::ExchangeHeaders(Call& call, Header& mine, std::vector<He
                                  RankName(rank_) + "); group ranks " + ListString(missing) + " (world ranks " +
                                  ListString(missing_world) + ") did not arrive");
   }
-  std::vector<Header> headers(static_cast<size_t>(n), Header(Kind::kBarrier, n));
+  std::vector<Header> headers(static_cast<size_t>(n), Header(CollectiveKind::kBarrier, n));
   for (int q = 0; q < n; ++q)
     headers[static_cast<size_t>(q)].Read(wire + static_cast<size_t>(q) * static_cast<size_t>(words));
   MF_RETURN_IF_ERROR(Validate(call.what(), headers));
@@ -499,66 +449,12 @@ Status MpiCommunicator::ExchangeHeaders(Call& call, Header& mine, std::vector<He
 // Every rank runs this on the same headers, so every rank reaches the same verdict.
 Status MpiCommunicator::Validate(const char* what, const std::vector<Header>& all) const {
   const int n = size();
-  const Header& h0 = all[0];
-  auto mismatch = [&](int r, const std::string& field, const std::string& v0, const std::string& vr) {
-    return FailedPreconditionError(Describe(what) + ": mismatched " + field + ": " + v0 + " at " + RankName(0) +
-                                   " vs " + vr + " at " + RankName(r));
-  };
   for (int r = 0; r < n; ++r) {
     if (all[static_cast<size_t>(r)].magic != Header::kMagic) {
       return InternalError(Describe(what) + ": corrupted collective header from " + RankName(r));
     }
   }
-  for (int r = 1; r < n; ++r) {
-    const Header& h = all[static_cast<size_t>(r)];
-    if (h.seq != h0.seq) {
-      return FailedPreconditionError(Describe(what) + ": mismatched collective sequence: " + RankName(0) +
-                                     " is at its collective #" + std::to_string(h0.seq) + " (" + KindName(h0.kind) +
-                                     ") but " + RankName(r) + " at #" + std::to_string(h.seq) + " (" +
-                                     KindName(h.kind) + "); a rank skipped or repeated a collective");
-    }
-    if (h.kind != h0.kind) return mismatch(r, "collectives", KindName(h0.kind), KindName(h.kind));
-  }
-  const Kind k = static_cast<Kind>(h0.kind);
-  const bool has_dtype = k != Kind::kBarrier && k != Kind::kSplit;
-  const bool has_op = k == Kind::kAllReduce || k == Kind::kReduceScatter;
-  for (int r = 1; r < n; ++r) {
-    const Header& h = all[static_cast<size_t>(r)];
-    if (has_dtype && h.dtype != h0.dtype) {
-      return mismatch(r, "dtype", std::string(DTypeName(static_cast<DType>(h0.dtype))),
-                      std::string(DTypeName(static_cast<DType>(h.dtype))));
-    }
-    if (has_op && h.op != h0.op) {
-      return mismatch(r, "reduce op", std::string(ReduceOpName(static_cast<ReduceOp>(h0.op))),
-                      std::string(ReduceOpName(static_cast<ReduceOp>(h.op))));
-    }
-    if (k == Kind::kBroadcast && h.root != h0.root) {
-      return mismatch(r, "root", std::to_string(h0.root), std::to_string(h.root));
-    }
-    if ((k == Kind::kBroadcast || k == Kind::kAllReduce) && h.count != h0.count) {
-      return mismatch(r, "count", std::to_string(h0.count), std::to_string(h.count));
-    }
-    if (k == Kind::kAllGather && h.counts != h0.counts) {
-      return mismatch(r, "recv_counts", ListString(h0.counts), ListString(h.counts));
-    }
-    if (k == Kind::kReduceScatter && h.counts != h0.counts) {
-      return mismatch(r, "counts", ListString(h0.counts), ListString(h.counts));
-    }
-  }
-  if (k == Kind::kAllToAll) {
-    for (int r = 0; r < n; ++r) {
-      for (int s = 0; s < n; ++s) {
-        const int64_t sent = all[static_cast<size_t>(r)].counts[static_cast<size_t>(s)];
-        const int64_t expected = all[static_cast<size_t>(s)].counts2[static_cast<size_t>(r)];
-        if (sent != expected) {
-          return FailedPreconditionError(Describe(what) + ": mismatched counts: " + RankName(r) + " sends " +
-                                         std::to_string(sent) + " elements to " + RankName(s) + ", which expects " +
-                                         std::to_string(expected) + " from it");
-        }
-      }
-    }
-  }
-  return Status();
+  return CheckCallsMatch(Site(what), n, [&all](int r) -> const CollectiveCall& { return all[static_cast<size_t>(r)].call; });
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -567,24 +463,20 @@ Status MpiCommunicator::Validate(const char* what, const std::vector<Header>& al
 Status MpiCommunicator::AllGatherV(const void* send, int64_t send_count, void* recv,
                                    std::span<const int64_t> recv_counts, DType dtype) {
   const char* what = "all_gather";
-  const std::string where = Describe(what);
+  const CallSite site = Site(what);
   const int n = size();
-  MF_RETURN_IF_ERROR(CheckCounts(where, "recv_counts", recv_counts, n));
-  if (send_count != recv_counts[static_cast<size_t>(rank_)]) {
-    return InvalidArgumentError(where + ": send_count " + std::to_string(send_count) + " != recv_counts[" +
-                                std::to_string(rank_) +
-                                "] = " + std::to_string(recv_counts[static_cast<size_t>(rank_)]));
-  }
+  MF_RETURN_IF_ERROR(CheckCounts(site, "recv_counts", recv_counts));
+  MF_RETURN_IF_ERROR(CheckSendCount(site, send_count, recv_counts));
   const int64_t total = Sum(recv_counts);
-  MF_RETURN_IF_ERROR(CheckIntRange(where, "sum of recv_counts", total));
-  MF_RETURN_IF_ERROR(CheckBuffer(where, "send", send, send_count));
-  MF_RETURN_IF_ERROR(CheckBuffer(where, "recv", recv, total));
+  MF_RETURN_IF_ERROR(CheckIntRange(site, "sum of recv_counts", total));
+  MF_RETURN_IF_ERROR(CheckBuffer(site, "send", send, send_count));
+  MF_RETURN_IF_ERROR(CheckBuffer(site, "recv", recv, total));
   const int64_t es = DTypeSize(dtype);
   return Guarded(what, [&](Call& call) -> Status {
     if (options_.validate) {
-      Header h(Kind::kAllGather, n);
-      h.dtype = static_cast<int64_t>(dtype);
-      std::copy(recv_counts.begin(), recv_counts.end(), h.counts.begin());
+      Header h(CollectiveKind::kAllGather, n);
+      h.call.dtype = dtype;
+      std::copy(recv_counts.begin(), recv_counts.end(), h.call.counts.begin());
       MF_RETURN_IF_ERROR(ExchangeHeaders(call, h, nullptr));
     }
     const void* src = send;
@@ -609,22 +501,22 @@ Status MpiCommunicator::AllGatherV(const void* send, int64_t send_count, void* r
 Status MpiCommunicator::ReduceScatterV(const void* send, std::span<const int64_t> counts, void* recv, DType dtype,
                                        ReduceOp op) {
   const char* what = "reduce_scatter";
-  const std::string where = Describe(what);
+  const CallSite site = Site(what);
   const int n = size();
-  MF_RETURN_IF_ERROR(CheckCounts(where, "counts", counts, n));
+  MF_RETURN_IF_ERROR(CheckCounts(site, "counts", counts));
   const int64_t total = Sum(counts);
   const int64_t mine = counts[static_cast<size_t>(rank_)];
-  MF_RETURN_IF_ERROR(CheckIntRange(where, "sum of counts", total));
-  MF_RETURN_IF_ERROR(CheckIntRange(where, "group size * counts[rank]", n * mine));
-  MF_RETURN_IF_ERROR(CheckBuffer(where, "send", send, total));
-  MF_RETURN_IF_ERROR(CheckBuffer(where, "recv", recv, mine));
+  MF_RETURN_IF_ERROR(CheckIntRange(site, "sum of counts", total));
+  MF_RETURN_IF_ERROR(CheckIntRange(site, "group size * counts[rank]", n * mine));
+  MF_RETURN_IF_ERROR(CheckBuffer(site, "send", send, total));
+  MF_RETURN_IF_ERROR(CheckBuffer(site, "recv", recv, mine));
   const int64_t es = DTypeSize(dtype);
   return Guarded(what, [&](Call& call) -> Status {
     if (options_.validate) {
-      Header h(Kind::kReduceScatter, n);
-      h.dtype = static_cast<int64_t>(dtype);
-      h.op = static_cast<int64_t>(op);
-      std::copy(counts.begin(), counts.end(), h.counts.begin());
+      Header h(CollectiveKind::kReduceScatter, n);
+      h.call.dtype = dtype;
+      h.call.op = op;
+      std::copy(counts.begin(), counts.end(), h.call.counts.begin());
       MF_RETURN_IF_ERROR(ExchangeHeaders(call, h, nullptr));
     }
     // Rank q receives block q of every rank; blocks land in rank order in `staged`.
@@ -650,23 +542,23 @@ Status MpiCommunicator::ReduceScatterV(const void* send, std::span<const int64_t
 
 Status MpiCommunicator::AllReduce(const void* send, void* recv, int64_t count, DType dtype, ReduceOp op) {
   const char* what = "all_reduce";
-  const std::string where = Describe(what);
+  const CallSite site = Site(what);
   const int n = size();
-  MF_RETURN_IF_ERROR(CheckBuffer(where, "send", send, count));
-  MF_RETURN_IF_ERROR(CheckBuffer(where, "recv", recv, count));
-  MF_RETURN_IF_ERROR(CheckIntRange(where, "count", count));
+  MF_RETURN_IF_ERROR(CheckBuffer(site, "send", send, count));
+  MF_RETURN_IF_ERROR(CheckBuffer(site, "recv", recv, count));
+  MF_RETURN_IF_ERROR(CheckIntRange(site, "count", count));
   const int64_t chunk = (count + n - 1) / n;  // torch.chunk chunks
   auto begin = [&](int c) { return std::min<int64_t>(count, c * chunk); };
   auto end = [&](int c) { return std::min<int64_t>(count, (c + 1) * chunk); };
   const int64_t mine = end(rank_) - begin(rank_);
-  MF_RETURN_IF_ERROR(CheckIntRange(where, "group size * chunk", n * mine));
+  MF_RETURN_IF_ERROR(CheckIntRange(site, "group size * chunk", n * mine));
   const int64_t es = DTypeSize(dtype);
   return Guarded(what, [&](Call& call) -> Status {
     if (options_.validate) {
-      Header h(Kind::kAllReduce, n);
-      h.dtype = static_cast<int64_t>(dtype);
-      h.op = static_cast<int64_t>(op);
-      h.count = count;
+      Header h(CollectiveKind::kAllReduce, n);
+      h.call.dtype = dtype;
+      h.call.op = op;
+      h.call.count = count;
       MF_RETURN_IF_ERROR(ExchangeHeaders(call, h, nullptr));
     }
     std::vector<int> ccounts(static_cast<size_t>(n)), cdispls(static_cast<size_t>(n));
@@ -704,23 +596,23 @@ Status MpiCommunicator::AllReduce(const void* send, void* recv, int64_t count, D
 Status MpiCommunicator::AllToAllV(const void* send, std::span<const int64_t> send_counts, void* recv,
                                   std::span<const int64_t> recv_counts, DType dtype) {
   const char* what = "all_to_all";
-  const std::string where = Describe(what);
+  const CallSite site = Site(what);
   const int n = size();
-  MF_RETURN_IF_ERROR(CheckCounts(where, "send_counts", send_counts, n));
-  MF_RETURN_IF_ERROR(CheckCounts(where, "recv_counts", recv_counts, n));
+  MF_RETURN_IF_ERROR(CheckCounts(site, "send_counts", send_counts));
+  MF_RETURN_IF_ERROR(CheckCounts(site, "recv_counts", recv_counts));
   const int64_t send_total = Sum(send_counts);
   const int64_t recv_total = Sum(recv_counts);
-  MF_RETURN_IF_ERROR(CheckIntRange(where, "sum of send_counts", send_total));
-  MF_RETURN_IF_ERROR(CheckIntRange(where, "sum of recv_counts", recv_total));
-  MF_RETURN_IF_ERROR(CheckBuffer(where, "send", send, send_total));
-  MF_RETURN_IF_ERROR(CheckBuffer(where, "recv", recv, recv_total));
+  MF_RETURN_IF_ERROR(CheckIntRange(site, "sum of send_counts", send_total));
+  MF_RETURN_IF_ERROR(CheckIntRange(site, "sum of recv_counts", recv_total));
+  MF_RETURN_IF_ERROR(CheckBuffer(site, "send", send, send_total));
+  MF_RETURN_IF_ERROR(CheckBuffer(site, "recv", recv, recv_total));
   const int64_t es = DTypeSize(dtype);
   return Guarded(what, [&](Call& call) -> Status {
     if (options_.validate) {
-      Header h(Kind::kAllToAll, n);
-      h.dtype = static_cast<int64_t>(dtype);
-      std::copy(send_counts.begin(), send_counts.end(), h.counts.begin());
-      std::copy(recv_counts.begin(), recv_counts.end(), h.counts2.begin());
+      Header h(CollectiveKind::kAllToAll, n);
+      h.call.dtype = dtype;
+      std::copy(send_counts.begin(), send_counts.end(), h.call.counts.begin());
+      std::copy(recv_counts.begin(), recv_counts.end(), h.call.counts2.begin());
       MF_RETURN_IF_ERROR(ExchangeHeaders(call, h, nullptr));
     }
     const void* src = send;
@@ -745,20 +637,18 @@ Status MpiCommunicator::AllToAllV(const void* send, std::span<const int64_t> sen
 
 Status MpiCommunicator::Broadcast(void* buffer, int64_t count, DType dtype, int root) {
   const char* what = "broadcast";
-  const std::string where = Describe(what);
+  const CallSite site = Site(what);
   const int n = size();
-  if (root < 0 || root >= n) {
-    return InvalidArgumentError(where + ": root " + std::to_string(root) + " outside [0, " + std::to_string(n) + ")");
-  }
-  MF_RETURN_IF_ERROR(CheckBuffer(where, "buffer", buffer, count));
-  MF_RETURN_IF_ERROR(CheckIntRange(where, "count", count));
+  MF_RETURN_IF_ERROR(CheckRoot(site, root));
+  MF_RETURN_IF_ERROR(CheckBuffer(site, "buffer", buffer, count));
+  MF_RETURN_IF_ERROR(CheckIntRange(site, "count", count));
   const int64_t es = DTypeSize(dtype);
   return Guarded(what, [&](Call& call) -> Status {
     if (options_.validate) {
-      Header h(Kind::kBroadcast, n);
-      h.dtype = static_cast<int64_t>(dtype);
-      h.root = root;
-      h.count = count;
+      Header h(CollectiveKind::kBroadcast, n);
+      h.call.dtype = dtype;
+      h.call.root = root;
+      h.call.count = count;
       MF_RETURN_IF_ERROR(ExchangeHeaders(call, h, nullptr));
     }
     MPI_Request req = MPI_REQUEST_NULL;
@@ -779,7 +669,7 @@ Status MpiCommunicator::Barrier() {
   return Guarded(what, [&](Call& call) -> Status {
     if (options_.validate) {
       // Receiving every member's header proves that every member has entered the barrier.
-      Header h(Kind::kBarrier, size());
+      Header h(CollectiveKind::kBarrier, size());
       return ExchangeHeaders(call, h, nullptr);
     }
     MPI_Request req = MPI_REQUEST_NULL;
@@ -795,7 +685,7 @@ StatusOr<std::shared_ptr<Communicator>> MpiCommunicator::Split(int color, int ke
   Status s = Guarded(what, [&](Call& call) -> Status {
     // The header exchange always runs here (even with validate = false): MPI_Comm_split blocks, so
     // it is entered only once every member is known to have arrived.
-    Header h(Kind::kSplit, n);
+    Header h(CollectiveKind::kSplit, n);
     h.color = color;
     h.key = key;
     std::vector<Header> all;
@@ -840,47 +730,18 @@ StatusOr<std::shared_ptr<Communicator>> MpiCommunicator::Split(int color, int ke
 Status MpiCommunicator::SendRecv(std::span<const SendSpec> sends, std::span<const RecvSpec> recvs, DType dtype) {
   const char* what = "send_recv";
   const std::string where = Describe(what);
-  const int n = size();
   const int64_t es = DTypeSize(dtype);
-  for (size_t i = 0; i < sends.size(); ++i) {
-    const SendSpec& s = sends[i];
-    const std::string name = "send " + std::to_string(i);
-    if (s.peer < 0 || s.peer >= n) {
-      return InvalidArgumentError(where + ": " + name + " has peer " + std::to_string(s.peer) + " outside [0, " +
-                                  std::to_string(n) + ")");
-    }
-    MF_RETURN_IF_ERROR(CheckBuffer(where, name.c_str(), s.buffer, s.count));
-    MF_RETURN_IF_ERROR(CheckIntRange(where, name + " count", s.count));
-  }
-  for (size_t i = 0; i < recvs.size(); ++i) {
-    const RecvSpec& r = recvs[i];
-    const std::string name = "receive " + std::to_string(i);
-    if (r.peer < 0 || r.peer >= n) {
-      return InvalidArgumentError(where + ": " + name + " has peer " + std::to_string(r.peer) + " outside [0, " +
-                                  std::to_string(n) + ")");
-    }
-    MF_RETURN_IF_ERROR(CheckBuffer(where, name.c_str(), r.buffer, r.count));
-    MF_RETURN_IF_ERROR(CheckIntRange(where, name + " count", r.count));
-  }
-  std::vector<const SendSpec*> self_sends;
-  std::vector<const RecvSpec*> self_recvs;
-  for (const SendSpec& s : sends) {
-    if (s.peer == rank_) self_sends.push_back(&s);
-  }
-  for (const RecvSpec& r : recvs) {
-    if (r.peer == rank_) self_recvs.push_back(&r);
-  }
-  if (self_sends.size() != self_recvs.size()) {
-    return InvalidArgumentError(where + ": " + std::to_string(self_sends.size()) + " sends to self but " +
-                                std::to_string(self_recvs.size()) + " receives from self at " + RankName(rank_));
-  }
-  for (size_t k = 0; k < self_sends.size(); ++k) {
-    if (self_sends[k]->count != self_recvs[k]->count) {
-      return InvalidArgumentError(where + ": send to self #" + std::to_string(k) + " has count " +
-                                  std::to_string(self_sends[k]->count) + " but receive from self #" +
-                                  std::to_string(k) + " has count " + std::to_string(self_recvs[k]->count));
-    }
-  }
+  const CallSite site = Site(what);
+  SelfTransfers self;
+  MF_RETURN_IF_ERROR(CheckSendRecv(
+      site, sends, recvs,
+      [&](const std::string& name, const void* buffer, int64_t count) -> Status {
+        MF_RETURN_IF_ERROR(CheckBuffer(site, name.c_str(), buffer, count));
+        return CheckIntRange(site, name + " count", count);
+      },
+      &self));
+  const std::vector<const SendSpec*>& self_sends = self.sends;
+  const std::vector<const RecvSpec*>& self_recvs = self.recvs;
   return Guarded(what, [&](Call& call) -> Status {
     std::vector<MPI_Request> reqs;
     std::vector<size_t> recv_index;  // reqs[i], i < recv_index.size(): receive recvs[recv_index[i]]

@@ -113,6 +113,8 @@
 
 namespace meshflow {
 
+struct CallSite;  // collectives/call_check.h
+
 struct MpiOptions {
   // Bound on every blocking wait of a call (header exchange + payload together).
   std::chrono::milliseconds timeout{60000};
@@ -171,6 +173,8 @@ class MpiCommunicator final : public Communicator {
 
   MpiCommunicator(MPI_Comm owned, int rank, std::vector<int> world_ranks, MpiOptions opts);
 
+  // Names a call of this rank in messages ("mpi <what> on group [...] (world ranks)").
+  CallSite Site(const char* what) const;
   std::string Describe(const char* what) const;
   std::string RankName(int r) const;
   // Runs `body` (a call's communication) unless this communicator is broken; errors break it.
