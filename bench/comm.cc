@@ -1,0 +1,618 @@
+// comm: an nccl-tests style microbenchmark of meshflow's collectives, on the threads or MPI backend.
+//
+//   bazel build --config=opt //bench:comm
+//   bazel-bin/bench/comm --backend threads -t 4 --op all_reduce -b 8 -e 128M -f 2
+//   source collectives/mpi/mpi_env.sh
+//   mpirun "${MPIRUN_FLAGS[@]}" -np 4 bazel-bin/bench/comm --backend mpi --op all_gather -b 8 -e 64M -f 4
+//   bazel-bin/bench/comm --op redistribute --from 'S(0)' --to 'S(1)' --mesh 4 -b 1K -e 16M -f 4
+//
+// Options (defaults in brackets):
+//   --backend threads|mpi [threads]   mpi: the binary is started by mpirun, world = MPI_COMM_WORLD
+//   --op all_gather|reduce_scatter|all_reduce|all_to_all|redistribute [all_reduce]
+//   --from P --to P --mesh AxB        redistribute only: placements ("S(0)", "R", "P(sum)", one per
+//                                     mesh dim, comma separated) and mesh shape [S(0) -> R on 4]
+//   -b MIN -e MAX -f FACTOR           sizes in bytes, suffixes K/M/G (powers of 1024) [8, 128M, 2]
+//   -n ITERS -w WARMUP                timed and warm-up iterations per size [20, 5]
+//   -c 0|1                            check the result (one extra, untimed call per size) [1]
+//   -t N                              ranks of the threads world [4]
+//   -d f32|f64|bf16|i32|i64           element type [f32]
+//   --csv                             CSV instead of the table
+//
+// Sizes follow nccl-tests: all_gather's size is its total output, reduce_scatter's its total input,
+// all_reduce's and all_to_all's the buffer; counts are rounded down to a multiple of the rank count
+// and the printed size is the rounded one. redistribute moves an (rows x cols) tensor of `size`
+// bytes (cols = the power of two nearest below sqrt(count)).
+//
+// Columns: time(us) is the average over ITERS back-to-back calls, max over ranks. algbw = size /
+// time; busbw = algbw * factor (all_reduce 2(n-1)/n; all_gather, reduce_scatter, all_to_all
+// (n-1)/n), the per-rank link bandwidth a ring algorithm would need; redistribute's busbw is the
+// plan's max bytes received per rank / time. #wrong counts elements (over all ranks) that differ
+// from the exact expected result (the data are small integers, exact in every dtype and every
+// reduction order). Same-run baselines: threads: memcpy of `size` bytes on one thread ("memcpy",
+// GB/s) and busbw / memcpy; mpi: the op called on MPI directly (MPI_Allgather,
+// MPI_Reduce_scatter_block, MPI_Allreduce, MPI_Alltoall on MPI_COMM_WORLD; not for bf16 or
+// redistribute) and our overhead, (time - mpi_time) / mpi_time. Only rank 0 prints. The exit code
+// is non-zero on any error or any wrong element.
+#include <mpi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <type_traits>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/status.h"
+#include "collectives/communicator.h"
+#include "collectives/dtensor_api.h"
+#include "collectives/executor.h"
+#include "collectives/mesh_comms.h"
+#include "collectives/mpi/mpi_communicator.h"
+#include "collectives/threads_world.h"
+#include "dtensor/dtensor.h"
+#include "dtensor/dtype.h"
+#include "dtensor/placement.h"
+
+namespace meshflow {
+namespace {
+
+enum class Op { kAllGather, kReduceScatter, kAllReduce, kAllToAll, kRedistribute };
+
+struct Config {
+  std::string backend = "threads";
+  Op op = Op::kAllReduce;
+  std::string op_name = "all_reduce";
+  std::string from = "S(0)";
+  std::string to = "R";
+  std::string mesh = "4";
+  int64_t min_bytes = 8;
+  int64_t max_bytes = int64_t{128} << 20;
+  int64_t factor = 2;
+  int iters = 20;
+  int warmup = 5;
+  bool check = true;
+  int threads = 4;
+  DType dtype = DType::kF32;
+  bool csv = false;
+};
+
+// One measured size (rank 0's view after the max/sum over ranks).
+struct Row {
+  int64_t bytes = 0;
+  int64_t count = 0;
+  double us = 0;
+  double algbw = 0;
+  double busbw = 0;
+  int64_t wrong = 0;
+  double baseline = -1;  // threads: memcpy GB/s; mpi: raw MPI time (us); < 0: none
+};
+
+double Seconds(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+StatusOr<int64_t> ParseBytes(std::string_view s) {
+  if (s.empty()) return InvalidArgumentError("empty size");
+  int64_t mult = 1;
+  const char last = s.back();
+  if (last == 'K' || last == 'k') mult = int64_t{1} << 10;
+  if (last == 'M' || last == 'm') mult = int64_t{1} << 20;
+  if (last == 'G' || last == 'g') mult = int64_t{1} << 30;
+  std::string digits(mult == 1 ? s : s.substr(0, s.size() - 1));
+  char* end = nullptr;
+  const long long v = std::strtoll(digits.c_str(), &end, 10);
+  if (digits.empty() || *end != '\0' || v < 0) return InvalidArgumentError("bad size '" + std::string(s) + "'");
+  return static_cast<int64_t>(v) * mult;
+}
+
+StatusOr<int> ParseInt(std::string_view s) {
+  std::string str(s);
+  char* end = nullptr;
+  const long v = std::strtol(str.c_str(), &end, 10);
+  if (str.empty() || *end != '\0') return InvalidArgumentError("bad integer '" + str + "'");
+  return static_cast<int>(v);
+}
+
+StatusOr<Config> ParseArgs(int argc, char** argv) {
+  Config c;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view a = argv[i];
+    if (a == "--csv") {
+      c.csv = true;
+      continue;
+    }
+    if (i + 1 >= argc) return InvalidArgumentError("option '" + std::string(a) + "' needs a value");
+    const std::string_view v = argv[++i];
+    if (a == "--backend") {
+      if (v != "threads" && v != "mpi") return InvalidArgumentError("bad --backend '" + std::string(v) + "'");
+      c.backend = v;
+    } else if (a == "--op") {
+      c.op_name = v;
+      if (v == "all_gather") c.op = Op::kAllGather;
+      else if (v == "reduce_scatter") c.op = Op::kReduceScatter;
+      else if (v == "all_reduce") c.op = Op::kAllReduce;
+      else if (v == "all_to_all") c.op = Op::kAllToAll;
+      else if (v == "redistribute") c.op = Op::kRedistribute;
+      else return InvalidArgumentError("bad --op '" + std::string(v) + "'");
+    } else if (a == "--from") {
+      c.from = v;
+    } else if (a == "--to") {
+      c.to = v;
+    } else if (a == "--mesh") {
+      c.mesh = v;
+    } else if (a == "-b") {
+      MF_ASSIGN_OR_RETURN(c.min_bytes, ParseBytes(v));
+    } else if (a == "-e") {
+      MF_ASSIGN_OR_RETURN(c.max_bytes, ParseBytes(v));
+    } else if (a == "-f") {
+      MF_ASSIGN_OR_RETURN(c.factor, ParseBytes(v));
+    } else if (a == "-n") {
+      MF_ASSIGN_OR_RETURN(c.iters, ParseInt(v));
+    } else if (a == "-w") {
+      MF_ASSIGN_OR_RETURN(c.warmup, ParseInt(v));
+    } else if (a == "-c") {
+      MF_ASSIGN_OR_RETURN(int check, ParseInt(v));
+      c.check = check != 0;
+    } else if (a == "-t") {
+      MF_ASSIGN_OR_RETURN(c.threads, ParseInt(v));
+    } else if (a == "-d") {
+      MF_ASSIGN_OR_RETURN(c.dtype, ParseDType(v));
+    } else {
+      return InvalidArgumentError("unknown option '" + std::string(a) + "'");
+    }
+  }
+  if (c.factor < 2) return InvalidArgumentError("-f must be >= 2");
+  if (c.iters < 1 || c.warmup < 0) return InvalidArgumentError("-n must be >= 1 and -w >= 0");
+  if (c.min_bytes > c.max_bytes) return InvalidArgumentError("-b must be <= -e");
+  if (c.threads < 1) return InvalidArgumentError("-t must be >= 1");
+  return c;
+}
+
+// nccl-tests type names.
+const char* TypeName(DType t) {
+  switch (t) {
+    case DType::kF32: return "float";
+    case DType::kF64: return "double";
+    case DType::kBF16: return "bfloat16";
+    case DType::kI32: return "int32";
+    case DType::kI64: return "int64";
+  }
+  return "?";
+}
+
+template <typename T>
+T FromDouble(double v) {
+  if constexpr (std::is_same_v<T, BFloat16>) {
+    return BFloat16(static_cast<float>(v));
+  } else {
+    return static_cast<T>(v);
+  }
+}
+
+// The value rank r contributes at element j of its send buffer: a small integer (<= 16), so every
+// sum over up to 15 ranks is exact even in bf16.
+double Value(int r, int64_t j) { return static_cast<double>((r * 5 + j) % 17); }
+
+// buf[i] = Value(rank, offset + i).
+void Fill(DType dtype, void* buf, int64_t count, int rank, int64_t offset) {
+  VisitDType(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    T* p = static_cast<T*>(buf);
+    for (int64_t i = 0; i < count; ++i) p[i] = FromDouble<T>(Value(rank, offset + i));
+  });
+}
+
+// Elements i < count of buf whose bytes differ from expected(i) converted to the dtype.
+template <typename F>
+int64_t CountWrong(DType dtype, const void* buf, int64_t count, F&& expected) {
+  return VisitDType(dtype, [&](auto tag) -> int64_t {
+    using T = decltype(tag);
+    const T* p = static_cast<const T*>(buf);
+    int64_t wrong = 0;
+    for (int64_t i = 0; i < count; ++i) {
+      const T e = FromDouble<T>(expected(i));
+      if (std::memcmp(&p[i], &e, sizeof(T)) != 0) ++wrong;
+    }
+    return wrong;
+  });
+}
+
+double BusFactor(Op op, int n) {
+  switch (op) {
+    case Op::kAllReduce: return 2.0 * (n - 1) / n;
+    case Op::kAllGather:
+    case Op::kReduceScatter:
+    case Op::kAllToAll: return static_cast<double>(n - 1) / n;
+    case Op::kRedistribute: return 1.0;
+  }
+  return 1.0;
+}
+
+StatusOr<MPI_Datatype> MpiType(DType t) {
+  switch (t) {
+    case DType::kF32: return MPI_FLOAT;
+    case DType::kF64: return MPI_DOUBLE;
+    case DType::kI32: return MPI_INT32_T;
+    case DType::kI64: return MPI_INT64_T;
+    case DType::kBF16: break;
+  }
+  return UnimplementedError("no MPI type for bf16");
+}
+
+Status MpiCheck(int rc, const char* what) {
+  if (rc == MPI_SUCCESS) return Status();
+  char msg[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(rc, msg, &len);
+  return InternalError(std::string(what) + ": " + std::string(msg, static_cast<size_t>(len)));
+}
+
+StatusOr<std::vector<int64_t>> ParseMesh(std::string_view s) {
+  std::vector<int64_t> shape;
+  size_t start = 0;
+  while (start <= s.size()) {
+    size_t x = s.find('x', start);
+    if (x == std::string_view::npos) x = s.size();
+    MF_ASSIGN_OR_RETURN(int d, ParseInt(s.substr(start, x - start)));
+    if (d < 1) return InvalidArgumentError("bad --mesh '" + std::string(s) + "'");
+    shape.push_back(d);
+    start = x + 1;
+  }
+  return shape;
+}
+
+// The benchmark body every rank runs. Fills `rows` on rank 0.
+class Bench {
+ public:
+  Bench(const Config& config, Communicator& comm) : c_(config), comm_(comm), n_(comm.size()) {}
+
+  Status Run(std::vector<Row>& rows) {
+    for (int64_t req = c_.min_bytes; req <= c_.max_bytes; req *= c_.factor) {
+      Row row;
+      MF_RETURN_IF_ERROR(c_.op == Op::kRedistribute ? MeasureRedistribute(req, row) : MeasureCollective(req, row));
+      if (comm_.rank() == 0) rows.push_back(row);
+      if (req > c_.max_bytes / c_.factor) break;  // no overflow
+    }
+    return Status();
+  }
+
+ private:
+  // Max over ranks of a per-rank value.
+  StatusOr<double> MaxOverRanks(double v) {
+    MF_RETURN_IF_ERROR(comm_.AllReduce(&v, &v, 1, DType::kF64, ReduceOp::kMax));
+    return v;
+  }
+  StatusOr<int64_t> SumOverRanks(int64_t v) {
+    MF_RETURN_IF_ERROR(comm_.AllReduce(&v, &v, 1, DType::kI64, ReduceOp::kSum));
+    return v;
+  }
+
+  Status Call(const void* send, void* recv, int64_t pc, int64_t count) {
+    switch (c_.op) {
+      case Op::kAllGather: return comm_.AllGather(send, recv, pc, c_.dtype);
+      case Op::kReduceScatter: return comm_.ReduceScatter(send, recv, pc, c_.dtype, ReduceOp::kSum);
+      case Op::kAllReduce: return comm_.AllReduce(send, recv, count, c_.dtype, ReduceOp::kSum);
+      case Op::kAllToAll: return comm_.AllToAll(send, recv, pc, c_.dtype);
+      case Op::kRedistribute: break;
+    }
+    return InternalError("not a collective");
+  }
+
+  Status RawMpiCall(const void* send, void* recv, int64_t pc, int64_t count, MPI_Datatype t) {
+    const int ipc = static_cast<int>(pc);
+    switch (c_.op) {
+      case Op::kAllGather:
+        return MpiCheck(MPI_Allgather(send, ipc, t, recv, ipc, t, MPI_COMM_WORLD), "MPI_Allgather");
+      case Op::kReduceScatter:
+        return MpiCheck(MPI_Reduce_scatter_block(send, recv, ipc, t, MPI_SUM, MPI_COMM_WORLD),
+                        "MPI_Reduce_scatter_block");
+      case Op::kAllReduce:
+        return MpiCheck(MPI_Allreduce(send, recv, static_cast<int>(count), t, MPI_SUM, MPI_COMM_WORLD),
+                        "MPI_Allreduce");
+      case Op::kAllToAll:
+        return MpiCheck(MPI_Alltoall(send, ipc, t, recv, ipc, t, MPI_COMM_WORLD), "MPI_Alltoall");
+      case Op::kRedistribute: break;
+    }
+    return InternalError("not a collective");
+  }
+
+  Status MeasureCollective(int64_t req, Row& row) {
+    const int64_t es = DTypeSize(c_.dtype);
+    const int me = comm_.rank();
+    // pc: elements per rank block; count: all_reduce's buffer.
+    const int64_t pc = req / es / n_;
+    const int64_t count = c_.op == Op::kAllReduce ? req / es : pc * n_;
+    const int64_t send_count = c_.op == Op::kAllGather ? pc : count;
+    const int64_t recv_count = c_.op == Op::kReduceScatter ? pc : count;
+    std::vector<std::byte> send(static_cast<size_t>(std::max<int64_t>(send_count, 1) * es));
+    std::vector<std::byte> recv(static_cast<size_t>(std::max<int64_t>(recv_count, 1) * es));
+    row.bytes = count * es;
+    row.count = count;
+
+    // Check (untimed): fill, call once, compare with the exact result.
+    int64_t wrong = 0;
+    if (c_.check) {
+      Fill(c_.dtype, send.data(), send_count, me, 0);
+      MF_RETURN_IF_ERROR(Call(send.data(), recv.data(), pc, count));
+      switch (c_.op) {
+        case Op::kAllGather:
+          wrong = CountWrong(c_.dtype, recv.data(), recv_count, [&](int64_t i) {
+            const int64_t r = i / std::max<int64_t>(pc, 1);
+            return Value(static_cast<int>(r), i % std::max<int64_t>(pc, 1));
+          });
+          break;
+        case Op::kReduceScatter:
+          wrong = CountWrong(c_.dtype, recv.data(), recv_count, [&](int64_t i) {
+            double s = 0;
+            for (int r = 0; r < n_; ++r) s += Value(r, me * pc + i);
+            return s;
+          });
+          break;
+        case Op::kAllReduce:
+          wrong = CountWrong(c_.dtype, recv.data(), recv_count, [&](int64_t i) {
+            double s = 0;
+            for (int r = 0; r < n_; ++r) s += Value(r, i);
+            return s;
+          });
+          break;
+        case Op::kAllToAll:
+          wrong = CountWrong(c_.dtype, recv.data(), recv_count, [&](int64_t i) {
+            const int64_t s = i / std::max<int64_t>(pc, 1);
+            return Value(static_cast<int>(s), me * pc + i % std::max<int64_t>(pc, 1));
+          });
+          break;
+        case Op::kRedistribute: break;
+      }
+    }
+    MF_ASSIGN_OR_RETURN(row.wrong, SumOverRanks(wrong));
+
+    // Timed: warm-up, then ITERS back-to-back calls between a barrier and the clock.
+    for (int i = 0; i < c_.warmup; ++i) MF_RETURN_IF_ERROR(Call(send.data(), recv.data(), pc, count));
+    MF_RETURN_IF_ERROR(comm_.Barrier());
+    auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < c_.iters; ++i) MF_RETURN_IF_ERROR(Call(send.data(), recv.data(), pc, count));
+    auto t1 = std::chrono::steady_clock::now();
+    MF_ASSIGN_OR_RETURN(double seconds, MaxOverRanks(Seconds(t0, t1) / c_.iters));
+    row.us = seconds * 1e6;
+    row.algbw = seconds > 0 ? static_cast<double>(row.bytes) / seconds / 1e9 : 0;
+    row.busbw = row.algbw * BusFactor(c_.op, n_);
+
+    // Raw MPI baseline on MPI_COMM_WORLD, same buffers and loop.
+    if (c_.backend == "mpi") {
+      StatusOr<MPI_Datatype> t = MpiType(c_.dtype);
+      if (t.ok() && count <= INT32_MAX) {
+        for (int i = 0; i < c_.warmup; ++i) MF_RETURN_IF_ERROR(RawMpiCall(send.data(), recv.data(), pc, count, *t));
+        MF_RETURN_IF_ERROR(MpiCheck(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier"));
+        t0 = std::chrono::steady_clock::now();
+        for (int i = 0; i < c_.iters; ++i) MF_RETURN_IF_ERROR(RawMpiCall(send.data(), recv.data(), pc, count, *t));
+        t1 = std::chrono::steady_clock::now();
+        double raw = Seconds(t0, t1) / c_.iters;
+        MF_RETURN_IF_ERROR(
+            MpiCheck(MPI_Allreduce(MPI_IN_PLACE, &raw, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD), "MPI_Allreduce"));
+        row.baseline = raw * 1e6;
+      }
+    }
+    return Status();
+  }
+
+  Status MeasureRedistribute(int64_t req, Row& row) {
+    const int64_t es = DTypeSize(c_.dtype);
+    MF_ASSIGN_OR_RETURN(std::vector<int64_t> mesh_shape, ParseMesh(c_.mesh));
+    MF_ASSIGN_OR_RETURN(DeviceMesh mesh, DeviceMesh::Create(mesh_shape));
+    MF_ASSIGN_OR_RETURN(Placements from_p, ParsePlacements(c_.from));
+    MF_ASSIGN_OR_RETURN(Placements to_p, ParsePlacements(c_.to));
+    int64_t count = std::max<int64_t>(req / es, 1);
+    int64_t cols = 1;
+    while ((cols * 2) * (cols * 2) <= count) cols *= 2;
+    const int64_t rows_n = count / cols;
+    count = rows_n * cols;
+    row.bytes = count * es;
+    row.count = count;
+    MF_ASSIGN_OR_RETURN(Layout from, Layout::Create({rows_n, cols}, mesh, from_p));
+    MF_ASSIGN_OR_RETURN(Layout to, Layout::Create({rows_n, cols}, mesh, to_p));
+    MF_ASSIGN_OR_RETURN(std::shared_ptr<const Plan> plan, PlanFor(from, to, c_.dtype));
+    MF_ASSIGN_OR_RETURN(MeshComms comms, MeshComms::Create(comm_, mesh));
+    Tensor global = Tensor::Zeros(c_.dtype, {rows_n, cols});
+    Fill(c_.dtype, global.raw(), count, 0, 0);
+    const int rank = comm_.world_rank();
+    MF_ASSIGN_OR_RETURN(DTensor x, Distribute(global, from, rank));
+
+    int64_t wrong = 0;
+    if (c_.check) {
+      MF_ASSIGN_OR_RETURN(Tensor expected, ReferenceLocal(global, to, rank));
+      Tensor local = x.local();
+      MF_RETURN_IF_ERROR(ExecutePlan(*plan, comms, local));
+      if (local.shape() != expected.shape()) {
+        wrong = std::max(local.NumElements(), expected.NumElements());
+      } else {
+        const std::byte* e = expected.raw();
+        wrong = CountWrong(c_.dtype, local.raw(), local.NumElements(), [&](int64_t i) {
+          // Decode the expected element back to double (exact: small integers).
+          return VisitDType(c_.dtype, [&](auto tag) -> double {
+            using T = decltype(tag);
+            T v;
+            std::memcpy(&v, e + i * es, sizeof(T));
+            return static_cast<double>(static_cast<float>(v));
+          });
+        });
+      }
+    }
+    MF_ASSIGN_OR_RETURN(row.wrong, SumOverRanks(wrong));
+
+    // Each call needs a fresh copy of the source shard; the copy is not timed.
+    double seconds = 0;
+    for (int i = 0; i < c_.warmup + c_.iters; ++i) {
+      Tensor local = x.local();
+      MF_RETURN_IF_ERROR(comm_.Barrier());
+      const auto t0 = std::chrono::steady_clock::now();
+      MF_RETURN_IF_ERROR(ExecutePlan(*plan, comms, local));
+      if (i >= c_.warmup) seconds += Seconds(t0, std::chrono::steady_clock::now());
+    }
+    MF_ASSIGN_OR_RETURN(seconds, MaxOverRanks(seconds / c_.iters));
+    row.us = seconds * 1e6;
+    row.algbw = seconds > 0 ? static_cast<double>(row.bytes) / seconds / 1e9 : 0;
+    row.busbw = seconds > 0 ? static_cast<double>(plan->max_bytes_received_per_rank) / seconds / 1e9 : 0;
+    return Status();
+  }
+
+  const Config& c_;
+  Communicator& comm_;
+  int n_;
+};
+
+// Single-thread memcpy of `bytes`, GB/s (average over the copies).
+double MemcpyGBps(int64_t bytes, int iters) {
+  if (bytes == 0) return 0;
+  std::vector<char> src(static_cast<size_t>(bytes), 1), dst(static_cast<size_t>(bytes));
+  std::memcpy(dst.data(), src.data(), src.size());  // fault the pages in
+  // At least `iters` copies, repeated with 4x more until one batch takes >= 2 ms (tiny sizes are
+  // not timer-bound); the clock is read once per batch.
+  int64_t reps = iters;
+  double s = 0;
+  for (;;) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int64_t i = 0; i < reps; ++i) {
+      src[static_cast<size_t>(i) % src.size()] = static_cast<char>(i);
+      std::memcpy(dst.data(), src.data(), src.size());
+      asm volatile("" : : "r"(dst.data()) : "memory");  // keep every copy (like ClobberMemory)
+    }
+    const double elapsed = Seconds(t0, std::chrono::steady_clock::now());
+    s = elapsed / static_cast<double>(reps);
+    if (elapsed >= 2e-3 || reps > (int64_t{1} << 30)) break;
+    reps *= 4;
+  }
+  volatile char sink = dst[dst.size() / 2];
+  (void)sink;
+  return s > 0 ? static_cast<double>(bytes) / s / 1e9 : 0;
+}
+
+void Print(const Config& c, int nranks, const std::vector<Row>& rows) {
+  const bool threads = c.backend == "threads";
+  const char* redop = (c.op == Op::kAllReduce || c.op == Op::kReduceScatter) ? "sum" : "none";
+  if (c.csv) {
+    std::printf("size,count,type,redop,time_us,algbw_GBps,busbw_GBps,wrong,%s\n",
+                threads ? "memcpy_GBps,busbw_over_memcpy" : "mpi_time_us,mpi_busbw_GBps,overhead_pct");
+    for (const Row& r : rows) {
+      std::printf("%lld,%lld,%s,%s,%.2f,%.3f,%.3f,%lld,", static_cast<long long>(r.bytes),
+                  static_cast<long long>(r.count), TypeName(c.dtype), redop, r.us, r.algbw, r.busbw,
+                  static_cast<long long>(r.wrong));
+      if (r.baseline < 0 || (!threads && r.bytes == 0)) {
+        std::printf(",\n");
+      } else if (threads) {
+        std::printf("%.3f,%.3f\n", r.baseline, r.baseline > 0 ? r.busbw / r.baseline : 0.0);
+      } else {
+        const double f = BusFactor(c.op, nranks);
+        const double mbus = r.baseline > 0 ? static_cast<double>(r.bytes) / r.baseline / 1e3 * f : 0;
+        std::printf("%.2f,%.3f,%.1f\n", r.baseline, mbus, r.baseline > 0 ? (r.us - r.baseline) / r.baseline * 100 : 0.0);
+      }
+    }
+    return;
+  }
+  std::printf("# meshflow comm: backend %s  op %s  nranks %d  minBytes %lld maxBytes %lld step: %lld(factor) "
+              "warmup iters: %d iters: %d validation: %d  dtype %s\n",
+              c.backend.c_str(), c.op_name.c_str(), nranks, static_cast<long long>(c.min_bytes),
+              static_cast<long long>(c.max_bytes), static_cast<long long>(c.factor), c.warmup, c.iters,
+              c.check ? 1 : 0, TypeName(c.dtype));
+  if (c.op == Op::kRedistribute) {
+    std::printf("# redistribute %s -> %s on mesh %s (busbw = plan's max bytes received per rank / time)\n",
+                c.from.c_str(), c.to.c_str(), c.mesh.c_str());
+  }
+  std::printf("#\n");
+  if (threads) {
+    std::printf("# %10s %12s %8s %6s %10s %8s %8s %6s %8s %7s\n", "size", "count", "type", "redop", "time",
+                "algbw", "busbw", "#wrong", "memcpy", "bus/mem");
+    std::printf("# %10s %12s %8s %6s %10s %8s %8s %6s %8s %7s\n", "(B)", "(elements)", "", "", "(us)", "(GB/s)",
+                "(GB/s)", "", "(GB/s)", "");
+  } else {
+    std::printf("# %10s %12s %8s %6s %10s %8s %8s %6s %10s %8s %7s\n", "size", "count", "type", "redop", "time",
+                "algbw", "busbw", "#wrong", "mpi time", "mpi bus", "ovh");
+    std::printf("# %10s %12s %8s %6s %10s %8s %8s %6s %10s %8s %7s\n", "(B)", "(elements)", "", "", "(us)",
+                "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(%)");
+  }
+  double sum_bus = 0;
+  int64_t total_wrong = 0;
+  for (const Row& r : rows) {
+    std::printf("  %10lld %12lld %8s %6s %10.2f %8.3f %8.3f %6lld", static_cast<long long>(r.bytes),
+                static_cast<long long>(r.count), TypeName(c.dtype), redop, r.us, r.algbw, r.busbw,
+                static_cast<long long>(r.wrong));
+    if (r.baseline < 0 || (!threads && r.bytes == 0)) {
+      std::printf(threads ? " %8s %7s\n" : " %10s %8s %7s\n", "-", "-", "-");
+    } else if (threads) {
+      std::printf(" %8.3f %7.3f\n", r.baseline, r.baseline > 0 ? r.busbw / r.baseline : 0.0);
+    } else {
+      const double f = BusFactor(c.op, nranks);
+      const double mbus = r.baseline > 0 ? static_cast<double>(r.bytes) / r.baseline / 1e3 * f : 0;
+      std::printf(" %10.2f %8.3f %+7.1f\n", r.baseline, mbus,
+                  r.baseline > 0 ? (r.us - r.baseline) / r.baseline * 100 : 0.0);
+    }
+    sum_bus += r.busbw;
+    total_wrong += r.wrong;
+  }
+  std::printf("# Out of bounds values : %lld %s\n", static_cast<long long>(total_wrong), total_wrong == 0 ? "OK" : "FAILED");
+  std::printf("# Avg bus bandwidth    : %g \n", rows.empty() ? 0.0 : sum_bus / static_cast<double>(rows.size()));
+  std::printf("#\n");
+}
+
+int64_t TotalWrong(const std::vector<Row>& rows) {
+  int64_t w = 0;
+  for (const Row& r : rows) w += r.wrong;
+  return w;
+}
+
+int RunThreads(const Config& c) {
+  auto world = ThreadWorld::Create(c.threads);
+  if (!world.ok()) {
+    std::fprintf(stderr, "comm: %s\n", world.status().ToString().c_str());
+    return 2;
+  }
+  std::vector<Row> rows;
+  Status s = (*world)->Run([&](Communicator& comm) -> Status {
+    Bench bench(c, comm);
+    return bench.Run(rows);
+  });
+  if (!s.ok()) {
+    std::fprintf(stderr, "comm: %s\n", s.ToString().c_str());
+    return 1;
+  }
+  for (Row& r : rows) r.baseline = MemcpyGBps(r.bytes, c.iters);
+  Print(c, c.threads, rows);
+  std::fflush(stdout);
+  return TotalWrong(rows) == 0 ? 0 : 1;
+}
+
+int RunMpi(const Config& c) {
+  MpiFinalizeGuard finalize;
+  auto world = MpiWorld();
+  if (!world.ok()) MpiAbort(world.status());
+  std::vector<Row> rows;
+  Bench bench(c, **world);
+  Status s = bench.Run(rows);
+  if (!s.ok()) MpiAbort(s);
+  if ((*world)->rank() == 0) {
+    Print(c, (*world)->size(), rows);
+    std::fflush(stdout);
+  }
+  // Only rank 0 holds the rows (#wrong already summed over ranks): broadcast the verdict so that
+  // every process exits with the same code.
+  int64_t wrong = (*world)->rank() == 0 ? TotalWrong(rows) : 0;
+  s = (*world)->Broadcast(&wrong, 1, DType::kI64, 0);
+  if (!s.ok()) MpiAbort(s);
+  return wrong == 0 ? 0 : 1;
+}
+
+}  // namespace
+}  // namespace meshflow
+
+int main(int argc, char** argv) {
+  auto config = meshflow::ParseArgs(argc, argv);
+  if (!config.ok()) {
+    std::fprintf(stderr, "comm: %s\n", config.status().ToString().c_str());
+    return 2;
+  }
+  return config->backend == "mpi" ? meshflow::RunMpi(*config) : meshflow::RunThreads(*config);
+}
