@@ -131,11 +131,12 @@ const Status& GetStatus(const StatusOr<T>& s) {
 #define MF_STATUS_CONCAT_INNER(a, b) a##b
 #define MF_STATUS_CONCAT(a, b) MF_STATUS_CONCAT_INNER(a, b)
 
-#define MF_RETURN_IF_ERROR(expr)                                                      \
-  do {                                                                                \
-    const auto& mf_status_tmp = (expr);                                               \
-    if (!::meshflow::internal_status::GetStatus(mf_status_tmp).ok())                  \
-      return ::meshflow::internal_status::GetStatus(mf_status_tmp);                   \
+// The status is copied (not bound by reference): `expr` may return a reference into a temporary,
+// e.g. MF_RETURN_IF_ERROR(loader->Next().status()).
+#define MF_RETURN_IF_ERROR(expr)                                                                   \
+  do {                                                                                             \
+    ::meshflow::Status mf_status_tmp = ::meshflow::internal_status::GetStatus((expr));             \
+    if (!mf_status_tmp.ok()) return mf_status_tmp;                                                 \
   } while (0)
 
 #define MF_ASSIGN_OR_RETURN_IMPL(tmp, lhs, expr) \

@@ -70,3 +70,25 @@ TEST(StatusMacrosTest, PropagateErrors) {
 
 }  // namespace
 }  // namespace meshflow
+
+namespace meshflow {
+namespace {
+
+StatusOr<std::string> MakeTemporary(bool ok) {
+  if (!ok) return DataLossError("temporary failed");
+  return std::string("value");
+}
+
+Status CheckTemporaryStatus(bool ok) {
+  // status() of a temporary StatusOr: the macro must not keep a reference past the expression.
+  MF_RETURN_IF_ERROR(MakeTemporary(ok).status());
+  return Status();
+}
+
+TEST(StatusMacrosTest, StatusOfTemporaryIsCopied) {
+  EXPECT_TRUE(CheckTemporaryStatus(true).ok());
+  EXPECT_EQ(CheckTemporaryStatus(false).message(), "temporary failed");
+}
+
+}  // namespace
+}  // namespace meshflow
