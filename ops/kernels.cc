@@ -7,14 +7,10 @@
 #include <string>
 #include <vector>
 
+#include "ops/shape_util.h"
+
 namespace meshflow::ops {
 namespace {
-
-std::string ShapeString(std::span<const int64_t> s) {
-  std::string out = "[";
-  for (size_t i = 0; i < s.size(); ++i) out += (i ? "," : "") + std::to_string(s[i]);
-  return out + "]";
-}
 
 Tensor ToF32(const Tensor& x) {
   Tensor out = Tensor::Zeros(DType::kF32, x.shape());
@@ -47,21 +43,6 @@ Status CheckSameDType(std::string_view op, const Tensor& a, const Tensor& b) {
   return Status::Ok();
 }
 
-StatusOr<std::vector<int64_t>> BroadcastShape(std::string_view op, std::span<const int64_t> a,
-                                              std::span<const int64_t> b) {
-  const size_t n = std::max(a.size(), b.size());
-  std::vector<int64_t> out(n);
-  for (size_t i = 0; i < n; ++i) {
-    const int64_t da = i < n - a.size() ? 1 : a[i - (n - a.size())];
-    const int64_t db = i < n - b.size() ? 1 : b[i - (n - b.size())];
-    if (da != db && da != 1 && db != 1) {
-      return InvalidArgumentError(std::string(op) + ": shapes " + ShapeString(a) + " and " + ShapeString(b) +
-                                  " do not broadcast");
-    }
-    out[i] = da == 1 ? db : da;
-  }
-  return out;
-}
 
 // Element strides of `s` (row-major, right-aligned against `out`), 0 on broadcast dims.
 std::vector<int64_t> BroadcastStrides(std::span<const int64_t> s, std::span<const int64_t> out) {
@@ -264,7 +245,7 @@ StatusOr<Tensor> MatmulKernel(const Tensor& a, const Tensor& b) {
                                 ShapeString(b.shape()));
   }
   MF_ASSIGN_OR_RETURN(std::vector<int64_t> batch,
-                      BroadcastShape("matmul batch dims",
+                      BroadcastShapes("matmul batch dims",
                                      std::span<const int64_t>(a.shape().data(), a.shape().size() - 2),
                                      std::span<const int64_t>(b.shape().data(), b.shape().size() - 2)));
   switch (a.dtype()) {
@@ -276,7 +257,7 @@ StatusOr<Tensor> MatmulKernel(const Tensor& a, const Tensor& b) {
 
 StatusOr<Tensor> BinaryKernel(BinaryOp op, const Tensor& a, const Tensor& b) {
   MF_RETURN_IF_ERROR(CheckSameDType(BinaryOpName(op), a, b));
-  MF_ASSIGN_OR_RETURN(std::vector<int64_t> out, BroadcastShape(BinaryOpName(op), a.shape(), b.shape()));
+  MF_ASSIGN_OR_RETURN(std::vector<int64_t> out, BroadcastShapes(BinaryOpName(op), a.shape(), b.shape()));
   switch (a.dtype()) {
     case DType::kF32: return BinaryT<float>(op, a, b, out);
     case DType::kF64: return BinaryT<double>(op, a, b, out);

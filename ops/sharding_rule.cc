@@ -2,32 +2,10 @@
 
 #include <algorithm>
 
+#include "ops/shape_util.h"
+
 namespace meshflow::ops {
 namespace {
-
-std::string ShapeString(std::span<const int64_t> s) {
-  std::string out = "[";
-  for (size_t i = 0; i < s.size(); ++i) out += (i ? "," : "") + std::to_string(s[i]);
-  return out + "]";
-}
-
-// Numpy broadcast of two shapes (right-aligned). Errors name both shapes and the dim.
-StatusOr<std::vector<int64_t>> Broadcast(std::string_view op, std::span<const int64_t> a,
-                                         std::span<const int64_t> b) {
-  const size_t n = std::max(a.size(), b.size());
-  std::vector<int64_t> out(n);
-  for (size_t i = 0; i < n; ++i) {
-    const int64_t da = i < n - a.size() ? 1 : a[i - (n - a.size())];
-    const int64_t db = i < n - b.size() ? 1 : b[i - (n - b.size())];
-    if (da != db && da != 1 && db != 1) {
-      return InvalidArgumentError(std::string(op) + ": shapes " + ShapeString(a) + " and " + ShapeString(b) +
-                                  " do not broadcast (sizes " + std::to_string(da) + " vs " + std::to_string(db) +
-                                  " at broadcast dim " + std::to_string(i) + ")");
-    }
-    out[i] = da == 1 ? db : da;
-  }
-  return out;
-}
 
 // Operand dims of `shape` right-aligned against result dims [first, first + n) of `factors_of`.
 std::vector<int> AlignedDims(std::span<const int64_t> shape, std::span<const int64_t> result,
@@ -156,7 +134,7 @@ StatusOr<ShardingRule> MatmulRule(std::span<const int64_t> a, std::span<const in
                                 std::to_string(k) + ", b " + ShapeString(b) + " has k = " + std::to_string(kb));
   }
   MF_ASSIGN_OR_RETURN(std::vector<int64_t> batch,
-                      Broadcast("matmul batch dims", a.first(a.size() - 2), b.first(b.size() - 2)));
+                      BroadcastShapes("matmul batch dims", a.first(a.size() - 2), b.first(b.size() - 2)));
   ShardingRule r;
   r.op = "matmul";
   std::vector<int> batch_factors;
@@ -193,7 +171,7 @@ std::string_view BinaryOpName(BinaryOp op) {
 }
 
 StatusOr<ShardingRule> BinaryRule(BinaryOp op, std::span<const int64_t> a, std::span<const int64_t> b) {
-  MF_ASSIGN_OR_RETURN(std::vector<int64_t> out, Broadcast(BinaryOpName(op), a, b));
+  MF_ASSIGN_OR_RETURN(std::vector<int64_t> out, BroadcastShapes(BinaryOpName(op), a, b));
   ShardingRule r;
   r.op = std::string(BinaryOpName(op));
   for (size_t i = 0; i < out.size(); ++i) {

@@ -1,0 +1,28 @@
+// Shape helpers shared by the sharding rules and the kernels.
+//
+//   ShapeString({5, 2})                       -> "[5,2]"
+//   BroadcastShapes("add", {5, 1}, {3})       -> {5, 3}
+//   BroadcastShapes("add", {5, 2}, {7})       -> INVALID_ARGUMENT: add: shapes [5,2] and [7] do not
+//                                                broadcast (sizes 2 vs 7 at broadcast dim 1)
+#ifndef MESHFLOW_OPS_SHAPE_UTIL_H_
+#define MESHFLOW_OPS_SHAPE_UTIL_H_
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/status.h"
+
+namespace meshflow::ops {
+
+std::string ShapeString(std::span<const int64_t> shape);
+
+// Numpy broadcast of two shapes (right-aligned). Errors name `op`, both shapes and the dim.
+StatusOr<std::vector<int64_t>> BroadcastShapes(std::string_view op, std::span<const int64_t> a,
+                                               std::span<const int64_t> b);
+
+}  // namespace meshflow::ops
+
+#endif  // MESHFLOW_OPS_SHAPE_UTIL_H_
