@@ -32,8 +32,7 @@ void CountBytes(int64_t sent, int64_t received) {
 // Buffers that MPI may still use after a timeout (collectives cannot be cancelled): kept reachable
 // for the rest of the process.
 std::mutex g_abandoned_mu;
-std::vector<std::shared_ptr<std::vector<std::byte>>>* g_abandoned =
-    new std::vector<std::shared_ptr<std::vector<std::byte>>>();
+std::vector<std::unique_ptr<std::byte[]>>* g_abandoned = new std::vector<std::unique_ptr<std::byte[]>>();
 
 // Stand-ins for null buffers of empty transfers (MPI implementations may reject null pointers).
 // Send and receive stand-ins differ: OpenMPI's nonblocking collectives (libnbc) treat
@@ -119,15 +118,19 @@ int64_t Sum(std::span<const int64_t> v) {
   return s;
 }
 
-// Back-off between MPI_Test polls: re-test at once, then yield, then sleep up to 200 us, so that
+// Between MPI_Test polls: re-test at once, then yield the core (OpenMPI progresses nonblocking
+// collectives only inside MPI calls, so a sleeping rank stalls the transfer for everyone); only a
+// wait longer than kSpinFor (a late or stalled peer) sleeps, with back-off up to 200 us, so that
 // oversubscribed ranks leave the cores to the ranks that have work.
-void Pause(int iteration) {
+constexpr std::chrono::milliseconds kSpinFor{20};
+void Pause(int iteration, std::chrono::steady_clock::duration waited) {
   if (iteration < 16) return;
-  if (iteration < 64) {
+  if (waited < kSpinFor) {
     std::this_thread::yield();
     return;
   }
-  std::this_thread::sleep_for(std::chrono::microseconds(std::min(200, 2 * (iteration - 63))));
+  const auto slept = std::chrono::duration_cast<std::chrono::microseconds>(waited - kSpinFor).count();
+  std::this_thread::sleep_for(std::chrono::microseconds(std::clamp<int64_t>(slept / 8, 1, 200)));
 }
 
 }  // namespace
@@ -180,9 +183,13 @@ class MpiCommunicator::Call {
   Call(const MpiCommunicator& comm, const char* what)
       : comm_(comm), what_(what), deadline_(Clock::now() + comm.options_.timeout) {}
   ~Call() {
-    if (!abandon_ || staging_.empty()) return;
-    std::lock_guard<std::mutex> lock(g_abandoned_mu);
-    for (auto& b : staging_) g_abandoned->push_back(std::move(b));
+    if (abandon_) {
+      if (staging_.empty()) return;
+      std::lock_guard<std::mutex> lock(g_abandoned_mu);
+      for (auto& b : staging_) g_abandoned->push_back(std::move(b.data));
+      return;
+    }
+    for (auto& b : staging_) comm_.ReturnStaging(std::move(b));
   }
   Call(const Call&) = delete;
   Call& operator=(const Call&) = delete;
@@ -190,11 +197,12 @@ class MpiCommunicator::Call {
   const char* what() const { return what_; }
   std::string Where() const { return comm_.Describe(what_) + " at " + comm_.RankName(comm_.rank_); }
 
-  // A buffer of `bytes` bytes that stays valid even if MPI keeps using it after a timeout.
+  // A buffer of `bytes` bytes (uninitialized, reused from the communicator's pool) that stays valid
+  // even if MPI keeps using it after a timeout.
   std::byte* Stage(int64_t bytes) {
     if (bytes <= 0) return g_dummy;
-    staging_.push_back(std::make_shared<std::vector<std::byte>>(static_cast<size_t>(bytes)));
-    return staging_.back()->data();
+    staging_.push_back(comm_.TakeStaging(bytes));
+    return staging_.back().data.get();
   }
   // Keeps the staging buffers alive forever (MPI may still use them).
   void Abandon() { abandon_ = true; }
@@ -205,6 +213,7 @@ class MpiCommunicator::Call {
   // on timeout (and returns OK; the caller names what is missing). `statuses` may be empty.
   Status Poll(std::span<MPI_Request> reqs, std::span<MPI_Status> statuses, const char* fn, bool* timed_out) {
     *timed_out = false;
+    const Clock::time_point start = Clock::now();
     for (int it = 0;; ++it) {
       bool all = true;
       for (size_t i = 0; i < reqs.size(); ++i) {
@@ -220,11 +229,12 @@ class MpiCommunicator::Call {
         }
       }
       if (all) return Status();
-      if (Clock::now() >= deadline_) {
+      const Clock::time_point now = Clock::now();
+      if (now >= deadline_) {
         *timed_out = true;
         return Status();
       }
-      Pause(it);
+      Pause(it, now - start);
     }
   }
 
@@ -248,8 +258,29 @@ class MpiCommunicator::Call {
   const char* what_;
   Clock::time_point deadline_;
   bool abandon_ = false;
-  std::vector<std::shared_ptr<std::vector<std::byte>>> staging_;
+  std::vector<Staging> staging_;
 };
+
+MpiCommunicator::Staging MpiCommunicator::TakeStaging(int64_t bytes) const {
+  // Best fit among the pooled buffers; a new (uninitialized) one when none is large enough.
+  size_t best = pool_.size();
+  for (size_t i = 0; i < pool_.size(); ++i) {
+    if (pool_[i].bytes >= bytes && (best == pool_.size() || pool_[i].bytes < pool_[best].bytes)) best = i;
+  }
+  if (best == pool_.size()) return Staging{std::unique_ptr<std::byte[]>(new std::byte[static_cast<size_t>(bytes)]), bytes};
+  Staging s = std::move(pool_[best]);
+  pool_.erase(pool_.begin() + static_cast<std::ptrdiff_t>(best));
+  return s;
+}
+
+void MpiCommunicator::ReturnStaging(Staging s) const {
+  pool_.push_back(std::move(s));
+  if (pool_.size() <= kMaxPooledBuffers) return;
+  // Keep the largest buffers: a call's needs grow with the message size.
+  auto smallest = std::min_element(pool_.begin(), pool_.end(),
+                                   [](const Staging& a, const Staging& b) { return a.bytes < b.bytes; });
+  pool_.erase(smallest);
+}
 
 namespace {
 
@@ -321,16 +352,18 @@ StatusOr<std::shared_ptr<MpiCommunicator>> MpiCommunicator::Create(MPI_Comm comm
   MPI_Comm dup = MPI_COMM_NULL;
   MPI_Request req = MPI_REQUEST_NULL;
   MF_RETURN_IF_ERROR(CheckMpi(MPI_Comm_idup(comm, &dup, &req), "MPI_Comm_idup", where));
-  const Clock::time_point deadline = Clock::now() + opts.timeout;
+  const Clock::time_point start = Clock::now();
+  const Clock::time_point deadline = start + opts.timeout;
   for (int it = 0;; ++it) {
     int flag = 0;
     MF_RETURN_IF_ERROR(CheckMpi(MPI_Test(&req, &flag, MPI_STATUS_IGNORE), "MPI_Comm_idup", where));
     if (flag) break;
-    if (Clock::now() >= deadline) {
+    const Clock::time_point now = Clock::now();
+    if (now >= deadline) {
       return DeadlineExceededError(where + ": MPI_Comm_idup timed out after " + std::to_string(opts.timeout.count()) +
                                    " ms: not every member called it");
     }
-    Pause(it);
+    Pause(it, now - start);
   }
   Status s = CheckMpi(MPI_Comm_set_errhandler(dup, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler", where);
   int rank = 0;

@@ -94,14 +94,19 @@
 // collective, group, sequence number and result to stderr.
 //
 // Launch: mpirun -np N prog; as root add --allow-run-as-root; with more ranks than cores add
-// --oversubscribe (OpenMPI then yields while idle). The polling loop sleeps with exponential back-off
-// (up to 200 us) so that oversubscribed ranks leave the cores to the ranks doing work.
+// --oversubscribe (OpenMPI then yields while idle). The polling loop calls MPI_Test back to back and
+// yields the core between tests (OpenMPI progresses nonblocking collectives only inside MPI calls,
+// so sleeping would stall the transfer); after 20 ms of waiting (a late or stalled peer) it sleeps
+// with back-off up to 200 us so that oversubscribed ranks leave the cores to the ranks doing work.
+// Staging buffers (ReduceScatterV, AllReduce, aliased inputs, headers) are pooled per
+// communicator: steady-state calls allocate and zero nothing.
 #ifndef MESHFLOW_COLLECTIVES_MPI_MPI_COMMUNICATOR_H_
 #define MESHFLOW_COLLECTIVES_MPI_MPI_COMMUNICATOR_H_
 
 #include <mpi.h>
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -170,6 +175,16 @@ class MpiCommunicator final : public Communicator {
  private:
   struct Header;
   class Call;
+  // A staging buffer (uninitialized bytes). Calls take them from pool_ and give them back when they
+  // complete, so steady-state collectives allocate nothing; buffers of a timed-out call are never
+  // returned (MPI may still write them).
+  struct Staging {
+    std::unique_ptr<std::byte[]> data;
+    int64_t bytes = 0;
+  };
+  static constexpr size_t kMaxPooledBuffers = 4;
+  Staging TakeStaging(int64_t bytes) const;
+  void ReturnStaging(Staging s) const;
 
   MpiCommunicator(MPI_Comm owned, int rank, std::vector<int> world_ranks, MpiOptions opts);
 
@@ -191,6 +206,7 @@ class MpiCommunicator final : public Communicator {
   MpiOptions options_;
   int64_t sequence_ = 0;
   Status broken_;
+  mutable std::vector<Staging> pool_;  // used by one thread at a time, like the communicator
 };
 
 // Initializes MPI if needed (MPI_Init_thread with MPI_THREAD_SERIALIZED; an MPI initialized by the
