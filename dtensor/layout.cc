@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <charconv>
+#include <functional>
 #include <sstream>
 
 namespace meshflow {
@@ -122,6 +123,17 @@ StatusOr<Layout> Layout::Create(std::vector<int64_t> global_shape, DeviceMesh me
                                   std::to_string(d));
     }
   }
+  // Shard math (ChunkOf: len + k - 1) and element / byte counts (Box::NumElements times the dtype
+  // size, times group sizes in the cost model) must not overflow int64: bound the element count
+  // (the product of the non-zero sizes, so every partial product is bounded too).
+  int64_t elements = 1;
+  for (int64_t s : global_shape) {
+    if (s != 0 && s > kMaxLayoutElements / elements) {
+      return InvalidArgumentError("global shape " + JoinInts(global_shape) + " is too large (more than 2^" +
+                                  std::to_string(kMaxLayoutElementsLog2) + " elements)");
+    }
+    if (s != 0) elements *= s;
+  }
   MF_ASSIGN_OR_RETURN(ShardOrder order, NormalizeShardOrder(static_cast<int>(global_shape.size()), mesh.ndim(),
                                                             placements, shard_order));
   Layout l;
@@ -207,6 +219,26 @@ std::string Layout::PlacementsString() const {
 
 std::string Layout::ToString() const {
   return PlacementsString() + " on " + mesh_.ToString() + " shape " + JoinInts(global_shape_);
+}
+
+uint64_t HashLayout(const Layout& layout) {
+  uint64_t h = 0x6c61796f7574ull;  // "layout"
+  for (int64_t s : layout.global_shape()) HashMix(h, static_cast<uint64_t>(s));
+  HashMix(h, 0xabcdu);
+  for (int64_t s : layout.mesh().shape()) HashMix(h, static_cast<uint64_t>(s));
+  for (int r : layout.mesh().ranks()) HashMix(h, static_cast<uint64_t>(r));
+  for (const std::string& n : layout.mesh().names()) HashMix(h, std::hash<std::string>()(n));
+  for (const Placement& p : layout.placements()) {
+    uint64_t v = static_cast<uint64_t>(p.index()) * 64;
+    if (IsShard(p)) v += static_cast<uint64_t>(std::get<Shard>(p).dim);
+    if (IsPartial(p)) v += static_cast<uint64_t>(std::get<Partial>(p).op);
+    HashMix(h, v);
+  }
+  for (const std::vector<int>& order : layout.shard_order()) {
+    HashMix(h, 0x5eedu);
+    for (int m : order) HashMix(h, static_cast<uint64_t>(m));
+  }
+  return h;
 }
 
 }  // namespace meshflow

@@ -11,7 +11,8 @@
 //   Layout::Create({8, 6}, mesh, {Shard{0}, Shard{0}}, {{1, 0}})  mesh dim 1 splits first
 //
 // Validation errors (all INVALID_ARGUMENT, naming the value): placement count != mesh ndim,
-// shard dim out of range for the tensor rank, negative global size, Partial placements with
+// shard dim out of range for the tensor rank, negative global size, more than 2^48 elements
+// (counting non-zero sizes; keeps shard math and byte counts far from int64 overflow), Partial placements with
 // different reduce ops in one layout (the order of mixed reductions is ambiguous), a shard order
 // that is not a permutation of exactly the mesh dims sharding that tensor dim.
 #ifndef MESHFLOW_DTENSOR_LAYOUT_H_
@@ -32,6 +33,10 @@ namespace meshflow {
 
 // shard_order[t] = mesh dims sharding tensor dim t, outermost first. Empty = default order.
 using ShardOrder = std::vector<std::vector<int>>;
+
+// Largest element count of a Layout's global shape (product of its non-zero sizes).
+inline constexpr int kMaxLayoutElementsLog2 = 48;
+inline constexpr int64_t kMaxLayoutElements = int64_t{1} << kMaxLayoutElementsLog2;
 
 class Layout {
  public:
@@ -82,6 +87,15 @@ class Layout {
   Placements placements_;
   ShardOrder shard_order_;
 };
+
+// A hash of every field operator== compares (global shape, mesh shape/ranks/names, placements,
+// shard order), for hashed caches keyed on layouts (planner/plan_cache.h, ops/eager.h). Equal
+// layouts hash equal; use operator== to confirm a match.
+uint64_t HashLayout(const Layout& layout);
+// Mixes `v` into the running hash `h` (shared by the layout-keyed caches).
+inline void HashMix(uint64_t& h, uint64_t v) {
+  h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+}
 
 // Validates placements + order against a tensor rank and mesh ndim and returns the normalized
 // order (shared by Layout::Create and the planner's state space).

@@ -1,59 +1,52 @@
 #include "planner/plan_cache.h"
 
+#include <functional>
 #include <utility>
 
 #include "planner/search.h"
 
 namespace meshflow {
-namespace {
-
-void AppendInts(std::string& out, const auto& v) {
-  out += "[";
-  for (size_t i = 0; i < v.size(); ++i) out += (i ? "," : "") + std::to_string(v[i]);
-  out += "]";
+uint64_t PlanCache::KeyHash(const Layout& from, const Layout& to, DType dtype, const Topology& topo) {
+  uint64_t h = HashLayout(from);
+  HashMix(h, HashLayout(to));
+  HashMix(h, static_cast<uint64_t>(dtype));
+  if (topo.intra_dims.has_value()) {
+    HashMix(h, 0x1a7eu);
+    for (int d : *topo.intra_dims) HashMix(h, static_cast<uint64_t>(d));
+  }
+  for (double v : {topo.bw_intra_gbps, topo.bw_inter_gbps, topo.lat_intra_us, topo.lat_inter_us}) {
+    HashMix(h, std::hash<double>()(v));
+  }
+  return h;
 }
 
-void AppendLayout(std::string& out, const Layout& l) {
-  out += "shape=";
-  AppendInts(out, l.global_shape());
-  out += ";mesh=";
-  AppendInts(out, l.mesh().shape());
-  out += ";ranks=";
-  AppendInts(out, l.mesh().ranks());
-  out += ";names=[";
-  for (const std::string& n : l.mesh().names()) out += n + ",";
-  out += "];placements=" + ToString(std::span<const Placement>(l.placements())) + ";order=";
-  for (const std::vector<int>& o : l.shard_order()) AppendInts(out, o);
-}
-
-}  // namespace
-
-std::string PlanCache::Key(const Layout& from, const Layout& to, DType dtype, const Topology& topo) {
-  std::string key = "from{";
-  AppendLayout(key, from);
-  key += "}to{";
-  AppendLayout(key, to);
-  key += "}dtype=" + std::string(DTypeName(dtype)) + ";topo{" + topo.ToString() + "}";
-  return key;
+const PlanCache::Entry* PlanCache::FindLocked(uint64_t hash, const Layout& from, const Layout& to, DType dtype,
+                                              const Topology& topo) const {
+  auto [begin, end] = plans_.equal_range(hash);
+  for (auto it = begin; it != end; ++it) {
+    const Entry& e = it->second;
+    if (e.dtype == dtype && e.from == from && e.to == to && e.topo == topo) return &e;
+  }
+  return nullptr;
 }
 
 StatusOr<std::shared_ptr<const Plan>> PlanCache::GetOrPlan(const Layout& from, const Layout& to, DType dtype,
                                                            const Topology& topo) {
-  const std::string key = Key(from, to, dtype, topo);
+  const uint64_t hash = KeyHash(from, to, dtype, topo);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = plans_.find(key);
-    if (it != plans_.end()) {
+    if (const Entry* e = FindLocked(hash, from, to, dtype, topo)) {
       ++hits_;
-      return it->second;
+      return e->plan;
     }
     ++misses_;
   }
   MF_ASSIGN_OR_RETURN(Plan plan, PlanRedistribution(from, to, dtype, topo));
   auto value = std::make_shared<const Plan>(std::move(plan));
   std::lock_guard<std::mutex> lock(mu_);
-  auto [it, inserted] = plans_.emplace(key, std::move(value));
-  return it->second;
+  if (const Entry* e = FindLocked(hash, from, to, dtype, topo)) return e->plan;  // another thread won
+  plans_.emplace(hash, Entry{from, to, dtype, topo, value});
+  return value;
 }
 
 int64_t PlanCache::hits() const {

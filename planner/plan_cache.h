@@ -1,7 +1,9 @@
 // PlanCache: a thread-safe memo of optimal plans (PlanRedistribution, search.h).
 //
 // Keyed on everything a plan depends on: the source and target layouts (global shape, mesh
-// shape, ranks and names, placements, shard orders), the dtype and the topology. Values are
+// shape, ranks and names, placements, shard orders), the dtype and the topology; the key is hashed
+// (HashLayout) and confirmed with operator==, so a hit costs two layout hashes and compares, no
+// allocation. Values are
 // shared, immutable plans. Planning runs outside the lock; when two threads miss on the same key
 // at once both plan, the first insertion wins and both get that plan (each counts a miss).
 // Errors are not cached.
@@ -14,10 +16,10 @@
 #define MESHFLOW_PLANNER_PLAN_CACHE_H_
 
 #include <cstdint>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <unordered_map>
 
 #include "base/status.h"
 #include "dtensor/dtype.h"
@@ -44,12 +46,23 @@ class PlanCache {
   // Drops every entry and resets the counters.
   void Clear();
 
-  // The cache key (exposed for tests): a canonical string of every input.
-  static std::string Key(const Layout& from, const Layout& to, DType dtype, const Topology& topo);
+  // The hash of a key (exposed for tests): equal keys hash equal.
+  static uint64_t KeyHash(const Layout& from, const Layout& to, DType dtype, const Topology& topo);
 
  private:
+  struct Entry {
+    Layout from;
+    Layout to;
+    DType dtype;
+    Topology topo;
+    std::shared_ptr<const Plan> plan;
+  };
+  // The entry for the key, or null. Requires mu_.
+  const Entry* FindLocked(uint64_t hash, const Layout& from, const Layout& to, DType dtype,
+                          const Topology& topo) const;
+
   mutable std::mutex mu_;
-  std::map<std::string, std::shared_ptr<const Plan>> plans_;
+  std::unordered_multimap<uint64_t, Entry> plans_;
   int64_t hits_ = 0;
   int64_t misses_ = 0;
 };

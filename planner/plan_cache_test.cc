@@ -48,12 +48,21 @@ TEST(PlanCacheTest, KeyDistinguishesMeshNamesAndRanks) {
   const DeviceMesh plain = MakeMesh({2});
   const DeviceMesh named = *DeviceMesh::Create({2}, {"tp"});
   const DeviceMesh other = *DeviceMesh::CreateWithRanks({2}, {4, 5});
-  const std::string k1 = PlanCache::Key(MakeLayout({4}, plain, "S(0)"), MakeLayout({4}, plain, "R"), DType::kF32, {});
-  const std::string k2 = PlanCache::Key(MakeLayout({4}, named, "S(0)"), MakeLayout({4}, named, "R"), DType::kF32, {});
-  const std::string k3 = PlanCache::Key(MakeLayout({4}, other, "S(0)"), MakeLayout({4}, other, "R"), DType::kF32, {});
-  EXPECT_NE(k1, k2);
-  EXPECT_NE(k1, k3);
-  EXPECT_NE(k2, k3);
+  PlanCache cache;
+  for (const DeviceMesh* m : {&plain, &named, &other, &plain}) {
+    ASSERT_TRUE(cache.GetOrPlan(MakeLayout({4}, *m, "S(0)"), MakeLayout({4}, *m, "R"), DType::kF32, {}).ok());
+  }
+  EXPECT_EQ(cache.misses(), 3);  // names and ranks are part of the key
+  EXPECT_EQ(cache.hits(), 1);
+  // Equal keys hash equal; the hash sees names, ranks, dtype and topology.
+  const auto hash = [](const DeviceMesh& m, DType t, const Topology& topo) {
+    return PlanCache::KeyHash(MakeLayout({4}, m, "S(0)"), MakeLayout({4}, m, "R"), t, topo);
+  };
+  EXPECT_EQ(hash(plain, DType::kF32, {}), hash(MakeMesh({2}), DType::kF32, {}));
+  EXPECT_NE(hash(plain, DType::kF32, {}), hash(named, DType::kF32, {}));
+  EXPECT_NE(hash(plain, DType::kF32, {}), hash(other, DType::kF32, {}));
+  EXPECT_NE(hash(plain, DType::kF32, {}), hash(plain, DType::kF64, {}));
+  EXPECT_NE(hash(plain, DType::kF32, {}), hash(plain, DType::kF32, *ParseTopology("intra=0")));
 }
 
 TEST(PlanCacheTest, ThreadSafe) {
