@@ -37,21 +37,26 @@ int64_t PackedBytes(std::span<const Box> pieces, DType dtype) {
   return n * DTypeSize(dtype);
 }
 
+// The row-major element offset of `piece` inside `outer` when the piece is one contiguous run of
+// it (then it can be sent from / received into `outer`'s buffer directly), else -1.
+int64_t ContiguousOffset(const Box& piece, const Box& outer) {
+  int d = 0;
+  while (d < piece.rank() && piece.shape[d] == 1) ++d;
+  for (int e = d + 1; e < piece.rank(); ++e) {
+    if (piece.shape[e] != outer.shape[e]) return -1;
+  }
+  int64_t flat = 0;
+  for (int e = 0; e < piece.rank(); ++e) flat = flat * outer.shape[e] + (piece.offset[e] - outer.offset[e]);
+  return flat;
+}
+
 // True when every block is a contiguous run of `outer` (row-major) and the runs follow each
 // other in block order with no gap: then the blocks, concatenated, are exactly `outer`'s buffer.
 bool BlocksTileInOrder(std::span<const Box> blocks, const Box& outer) {
   int64_t next = 0;
   for (const Box& b : blocks) {
     if (b.empty()) continue;
-    // Contiguous iff, after the first dim where the block is longer than 1, it spans full dims.
-    int d = 0;
-    while (d < b.rank() && b.shape[d] == 1) ++d;
-    for (int e = d + 1; e < b.rank(); ++e) {
-      if (b.shape[e] != outer.shape[e]) return false;
-    }
-    int64_t flat = 0;
-    for (int e = 0; e < b.rank(); ++e) flat = flat * outer.shape[e] + (b.offset[e] - outer.offset[e]);
-    if (flat != next) return false;
+    if (ContiguousOffset(b, outer) != next) return false;
     next += b.NumElements();
   }
   return next == outer.NumElements();
@@ -234,36 +239,44 @@ Status RunSendRecv(const PlanStep& step, MeshComms& comms, Tensor& local, int ra
   auto peer_of = [&](int world_rank) {
     return static_cast<int>(std::find(g.members.begin(), g.members.end(), world_rank) - g.members.begin());
   };
-  std::vector<Tensor> send_bufs, recv_bufs;
-  std::vector<Box> recv_boxes;
-  for (const Transfer& t : transfers) {
-    if (t.src_rank == rank) send_bufs.push_back(local.Slice(Box{Sub(t.box.offset, from_box.offset), t.box.shape}));
-    if (t.dst_rank == rank) {
-      recv_bufs.push_back(Tensor::Zeros(local.dtype(), t.box.shape));
-      recv_boxes.push_back(t.box);
-    }
-  }
+  // Contiguous pieces go straight from `local` / into `out`; the others through packed temporaries.
+  const int64_t es = DTypeSize(local.dtype());
+  Tensor out = Tensor::Zeros(local.dtype(), to_box.shape);
+  std::vector<Tensor> temps;  // send slices and receive buffers of non-contiguous pieces
+  temps.reserve(transfers.size());
+  std::vector<std::pair<size_t, Box>> unpack;  // (temps index, piece) received into a temporary
   std::vector<SendSpec> sends;
   std::vector<RecvSpec> recvs;
-  size_t si = 0, ri = 0;
   for (const Transfer& t : transfers) {
     if (t.src_rank == rank) {
-      sends.push_back(SendSpec{peer_of(t.dst_rank), send_bufs[si].raw(), send_bufs[si].NumElements()});
-      ++si;
+      const void* buf = nullptr;
+      if (const int64_t off = ContiguousOffset(t.box, from_box); off >= 0) {
+        buf = local.raw() + off * es;
+      } else {
+        temps.push_back(local.Slice(Box{Sub(t.box.offset, from_box.offset), t.box.shape}));
+        buf = temps.back().raw();
+      }
+      sends.push_back(SendSpec{peer_of(t.dst_rank), buf, t.box.NumElements()});
     }
     if (t.dst_rank == rank) {
-      recvs.push_back(RecvSpec{peer_of(t.src_rank), recv_bufs[ri].raw(), recv_bufs[ri].NumElements()});
-      ++ri;
+      void* buf = nullptr;
+      if (const int64_t off = ContiguousOffset(t.box, to_box); off >= 0) {
+        buf = out.raw() + off * es;
+      } else {
+        temps.push_back(Tensor::Zeros(local.dtype(), t.box.shape));
+        unpack.emplace_back(temps.size() - 1, t.box);
+        buf = temps.back().raw();
+      }
+      recvs.push_back(RecvSpec{peer_of(t.src_rank), buf, t.box.NumElements()});
     }
   }
   MF_RETURN_IF_ERROR(g.comm->SendRecv(sends, recvs, local.dtype()));
-  Tensor out = Tensor::Zeros(local.dtype(), to_box.shape);
   Box kept = Intersect(from_box, to_box);
   if (!kept.empty()) {
     CopyRegion(local.raw(), local.shape(), Sub(kept.offset, from_box.offset), out.raw(), out.shape(),
-               Sub(kept.offset, to_box.offset), kept.shape, DTypeSize(local.dtype()));
+               Sub(kept.offset, to_box.offset), kept.shape, es);
   }
-  for (size_t i = 0; i < recv_bufs.size(); ++i) UnpackPiece(recv_bufs[i].raw(), recv_boxes[i], out, to_box);
+  for (const auto& [i, piece] : unpack) UnpackPiece(temps[i].raw(), piece, out, to_box);
   local = std::move(out);
   return Status();
 }

@@ -1,5 +1,6 @@
 #include "dtensor/layout.h"
 
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -69,6 +70,18 @@ TEST(LayoutTest, ShardDimOutOfRange) {
 
 TEST(LayoutTest, NegativeShape) {
   ExpectInvalid(Layout::Create({8, -1}, Mesh({2}), {Shard{0}}), "global shape [8,-1] has negative size at dim 1");
+}
+
+// Regression (tests/fuzz corpus layout_parser/seed_layout_huge_shape): a size near INT64_MAX
+// overflowed ChunkOf (len + k - 1) and produced a box with a negative extent.
+TEST(LayoutTest, HugeShapeIsRejected) {
+  ExpectInvalid(Layout::Create({std::numeric_limits<int64_t>::max()}, Mesh({2}), {Shard{0}}),
+                "global shape [9223372036854775807] is too large");
+  ExpectInvalid(Layout::Create({int64_t{1} << 30, int64_t{1} << 30, 0}, Mesh({2}), {Replicate{}}),
+                "is too large (more than 2^48 elements)");
+  auto largest = Layout::Create({kMaxLayoutElements, 0, 1}, Mesh({2}), {Shard{0}});
+  ASSERT_TRUE(largest.ok()) << largest.status();
+  EXPECT_EQ(largest->AllLocalBoxes()[1].shape[0], kMaxLayoutElements / 2);
 }
 
 TEST(LayoutTest, ZeroSizesAreLegal) {
@@ -243,6 +256,27 @@ TEST(ParseShardOrderTest, PrintedOrderParsesBack) {
   auto back = Layout::Create({8, 6}, m, *placements, *order);
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(*back, *l);
+}
+
+}  // namespace
+}  // namespace meshflow
+
+namespace meshflow {
+namespace {
+
+TEST(HashLayoutTest, EqualLayoutsHashEqualAndFieldsMatter) {
+  const DeviceMesh m = *DeviceMesh::Create({2, 2});
+  const auto make = [](const DeviceMesh& mesh, std::vector<int64_t> shape, Placements p, ShardOrder order = {}) {
+    return *Layout::Create(std::move(shape), mesh, std::move(p), std::move(order));
+  };
+  const Layout a = make(m, {8, 6}, {Shard{0}, Shard{0}});
+  EXPECT_EQ(HashLayout(a), HashLayout(make(*DeviceMesh::Create({2, 2}), {8, 6}, {Shard{0}, Shard{0}})));
+  EXPECT_NE(HashLayout(a), HashLayout(make(m, {8, 7}, {Shard{0}, Shard{0}})));
+  EXPECT_NE(HashLayout(a), HashLayout(make(m, {8, 6}, {Shard{0}, Shard{1}})));
+  EXPECT_NE(HashLayout(a), HashLayout(make(m, {8, 6}, {Shard{0}, Partial{ReduceOp::kSum}})));
+  EXPECT_NE(HashLayout(a), HashLayout(make(m, {8, 6}, {Shard{0}, Shard{0}}, ShardOrder{{1, 0}, {}})));
+  EXPECT_NE(HashLayout(a), HashLayout(make(*DeviceMesh::Create({2, 2}, {"dp", "tp"}), {8, 6}, {Shard{0}, Shard{0}})));
+  EXPECT_NE(HashLayout(a), HashLayout(make(*DeviceMesh::Create({4, 1}), {8, 6}, {Shard{0}, Shard{0}})));
 }
 
 }  // namespace
