@@ -14,7 +14,7 @@
 #include <random>
 #include <set>
 
-#include "checkpoint/crc32c.h"
+#include "base/checksum.h"
 #include "collectives/dtensor_api.h"
 
 namespace meshflow {

@@ -17,7 +17,7 @@
 
 #include <gtest/gtest.h>
 
-#include "checkpoint/crc32c.h"
+#include "base/checksum.h"
 #include "checkpoint/format.h"
 #include "collectives/mesh_comms.h"
 #include "collectives/threads_world.h"

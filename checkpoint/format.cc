@@ -5,7 +5,7 @@
 #include <cstring>
 #include <set>
 
-#include "checkpoint/crc32c.h"
+#include "base/checksum.h"
 
 namespace meshflow {
 namespace {

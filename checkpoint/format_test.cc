@@ -5,7 +5,7 @@
 
 #include <gtest/gtest.h>
 
-#include "checkpoint/crc32c.h"
+#include "base/checksum.h"
 
 namespace meshflow {
 namespace {

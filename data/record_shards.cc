@@ -9,7 +9,7 @@
 #include <system_error>
 #include <utility>
 
-#include "data/checksum.h"
+#include "base/checksum.h"
 
 namespace meshflow {
 namespace {
@@ -90,8 +90,8 @@ std::vector<std::byte> EncodeRecordShardHeader(const RecordShardHeader& h) {
   for (size_t d = 0; d < h.sample_shape.size() && d < static_cast<size_t>(kRecordShardMaxNdim); ++d) {
     PutU64(out.data() + kShapeOff + 8 * d, static_cast<uint64_t>(h.sample_shape[d]));
   }
-  PutU32(out.data() + kPayloadCrcOff, h.payload_crc32);
-  PutU32(out.data() + kHeaderCrcOff, Crc32(std::span<const std::byte>(out.data(), kHeaderCrcOff)));
+  PutU32(out.data() + kPayloadCrcOff, h.payload_crc);
+  PutU32(out.data() + kHeaderCrcOff, Crc32c(std::span<const std::byte>(out.data(), kHeaderCrcOff)));
   return out;
 }
 
@@ -105,9 +105,9 @@ StatusOr<RecordShardHeader> DecodeRecordShardHeader(std::span<const std::byte> f
     return DataLossError(where + ": corrupted header: bad magic (not a meshflow record shard; expected \"MFRECSHD\")");
   }
   const uint32_t stored_crc = GetU32(file.data() + kHeaderCrcOff);
-  const uint32_t crc = Crc32(file.subspan(0, kHeaderCrcOff));
+  const uint32_t crc = Crc32c(file.subspan(0, kHeaderCrcOff));
   if (stored_crc != crc) {
-    return DataLossError(where + ": corrupted header: header CRC-32 is " + Hex32(crc) + ", stored " + Hex32(stored_crc));
+    return DataLossError(where + ": corrupted header: header CRC-32C is " + Hex32(crc) + ", stored " + Hex32(stored_crc));
   }
   RecordShardHeader h;
   h.version = GetU32(file.data() + kVersionOff);
@@ -144,7 +144,7 @@ StatusOr<RecordShardHeader> DecodeRecordShardHeader(std::span<const std::byte> f
   if (count > (uint64_t{1} << 48)) return DataLossError(where + ": corrupted header: record count " + std::to_string(count));
   h.record_size = expected_size;
   h.record_count = static_cast<int64_t>(count);
-  h.payload_crc32 = GetU32(file.data() + kPayloadCrcOff);
+  h.payload_crc = GetU32(file.data() + kPayloadCrcOff);
   return h;
 }
 
@@ -161,7 +161,7 @@ Status WriteRecordShard(const std::string& path, DType dtype, const std::vector<
                                 " bytes is not a whole number of " + std::to_string(h.record_size) + "-byte records");
   }
   h.record_count = h.record_size == 0 ? 0 : n / h.record_size;
-  h.payload_crc32 = Crc32(payload);
+  h.payload_crc = Crc32c(payload);
   const std::vector<std::byte> header = EncodeRecordShardHeader(h);
   const std::span<const std::byte> parts[] = {header, payload};
   return WriteFileParts(path, parts);
@@ -237,10 +237,10 @@ StatusOr<std::shared_ptr<RecordShardDataset>> RecordShardDataset::OpenFiles(cons
                            std::to_string(file->size()) + " bytes, expected " + std::to_string(expected) + ")");
     }
     if (options.verify_checksums) {
-      const uint32_t crc = Crc32(file->bytes().subspan(kRecordShardHeaderSize));
-      if (crc != h.payload_crc32) {
-        return DataLossError("record shard '" + path + "': payload checksum mismatch: CRC-32 is " + Hex32(crc) +
-                             ", header says " + Hex32(h.payload_crc32) + " (corrupted data)");
+      const uint32_t crc = Crc32c(file->bytes().subspan(kRecordShardHeaderSize));
+      if (crc != h.payload_crc) {
+        return DataLossError("record shard '" + path + "': payload checksum mismatch: CRC-32C is " + Hex32(crc) +
+                             ", header says " + Hex32(h.payload_crc) + " (corrupted data)");
       }
     }
     if (i == 0) {

@@ -1,19 +1,19 @@
 // RecordShardDataset: a directory of fixed-record binary shard files ("*.mfrec").
 //
-// File format, version 1 (all integers little-endian):
+// File format, version 2 (all integers little-endian):
 //
 //   offset size  field
 //        0    8  magic "MFRECSHD"
-//        8    4  u32 format version (1)
+//        8    4  u32 format version (2; version 1 used CRC-32)
 //       12    4  u32 dtype code: 0 f32, 1 f64, 2 bf16, 3 i32, 4 i64
 //       16    4  u32 ndim of the sample shape (0..8)
 //       20    4  u32 reserved, 0
 //       24    8  u64 record size in bytes (= prod(shape) * dtype size)
 //       32    8  u64 record count
 //       40   64  i64 sample shape[8] (entries past ndim are 0)
-//      104    4  u32 CRC-32 (IEEE, see checksum.h) of the payload
+//      104    4  u32 CRC-32C (base/checksum.h) of the payload
 //      108   16  reserved, 0
-//      124    4  u32 CRC-32 of header bytes [0, 124)
+//      124    4  u32 CRC-32C of header bytes [0, 124)
 //      128       payload: record count * record size bytes, record i at 128 + i * record size,
 //                each record the row-major little-endian element bytes of one sample
 //
@@ -44,7 +44,7 @@
 namespace meshflow {
 
 inline constexpr char kRecordShardMagic[8] = {'M', 'F', 'R', 'E', 'C', 'S', 'H', 'D'};
-inline constexpr uint32_t kRecordShardVersion = 1;
+inline constexpr uint32_t kRecordShardVersion = 2;
 inline constexpr int64_t kRecordShardHeaderSize = 128;
 inline constexpr int kRecordShardMaxNdim = 8;
 inline constexpr char kRecordShardExtension[] = ".mfrec";
@@ -56,7 +56,7 @@ struct RecordShardHeader {
   std::vector<int64_t> sample_shape;
   int64_t record_size = 0;
   int64_t record_count = 0;
-  uint32_t payload_crc32 = 0;
+  uint32_t payload_crc = 0;
 };
 
 // Encodes a header (computes the header CRC). Precondition: sample_shape.size() <= 8.

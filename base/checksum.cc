@@ -1,6 +1,7 @@
-#include "checkpoint/crc32c.h"
+#include "base/checksum.h"
 
 #include <array>
+#include <bit>
 #include <cstring>
 
 #if defined(__x86_64__)
@@ -8,6 +9,9 @@
 #endif
 
 namespace meshflow {
+
+static_assert(std::endian::native == std::endian::little, "the slicing-by-8 CRC loads little-endian words");
+
 namespace crc32c_internal {
 namespace {
 
@@ -33,7 +37,7 @@ constexpr Tables kTables = MakeTables();
 uint64_t LoadLE64(const std::byte* p) {
   uint64_t v;
   std::memcpy(&v, p, 8);
-  return v;  // little-endian hosts only (static_assert in checkpoint.cc)
+  return v;  // little-endian hosts only (static_assert below)
 }
 
 #if defined(__x86_64__)

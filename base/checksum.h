@@ -1,5 +1,7 @@
-// CRC-32C (Castagnoli): the checksum of meshflow checkpoint chunks.
+// The checksum of meshflow's file formats (checkpoint chunks, data record shards): CRC-32C. One
+// library for every format, so they share one fast implementation.
 //
+// CRC-32C (Castagnoli):
 // Reflected polynomial 0x82F63B78, initial value and final xor 0xFFFFFFFF (the CRC used by
 // iSCSI, ext4 and LevelDB/RocksDB). Written here, bit-exact on every platform: a slicing-by-8
 // table implementation, and on x86-64 CPUs with SSE4.2 the `crc32` instruction (chosen once at
@@ -7,8 +9,8 @@
 //
 //   uint32_t c = Crc32c(bytes);                  // Crc32c("123456789") == 0xE3069283
 //   uint32_t c2 = Crc32cExtend(c, more_bytes);   // == Crc32c(bytes ++ more_bytes)
-#ifndef MESHFLOW_CHECKPOINT_CRC32C_H_
-#define MESHFLOW_CHECKPOINT_CRC32C_H_
+#ifndef MESHFLOW_BASE_CHECKSUM_H_
+#define MESHFLOW_BASE_CHECKSUM_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -30,4 +32,4 @@ bool UsesHardware();
 
 }  // namespace meshflow
 
-#endif  // MESHFLOW_CHECKPOINT_CRC32C_H_
+#endif  // MESHFLOW_BASE_CHECKSUM_H_

@@ -1,4 +1,4 @@
-#include "checkpoint/crc32c.h"
+#include "base/checksum.h"
 
 #include <random>
 #include <string>
