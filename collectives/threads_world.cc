@@ -430,6 +430,27 @@ class ThreadComm final : public Communicator {
   int rank_;
 };
 
+// The output of a collective whose send and recv buffers overlap goes through a temporary (peers
+// still read this rank's send buffer until the closing barrier), copied to recv by Finish().
+class StagedOutput {
+ public:
+  StagedOutput(const void* send, int64_t send_bytes, void* recv, int64_t recv_bytes)
+      : recv_(recv), bytes_(recv_bytes) {
+    if (Overlap(send, send_bytes, recv, recv_bytes)) temp_.resize(static_cast<size_t>(recv_bytes));
+  }
+  // Where the collective writes its output.
+  void* dst() { return temp_.empty() ? recv_ : static_cast<void*>(temp_.data()); }
+  // Moves staged output into recv (call once no peer reads this rank's send buffer).
+  void Finish() {
+    if (!temp_.empty()) Copy(recv_, temp_.data(), bytes_);
+  }
+
+ private:
+  void* recv_;
+  int64_t bytes_;
+  std::vector<std::byte> temp_;
+};
+
 Status ThreadComm::AllGatherV(const void* send, int64_t send_count, void* recv, std::span<const int64_t> recv_counts,
                               DType dtype) {
   const CallSite site = Site("all_gather");
@@ -439,9 +460,8 @@ Status ThreadComm::AllGatherV(const void* send, int64_t send_count, void* recv, 
   MF_RETURN_IF_ERROR(CheckBuffer(site, "send", send, send_count));
   MF_RETURN_IF_ERROR(CheckBuffer(site, "recv", recv, total));
   const int64_t es = DTypeSize(dtype);
-  const bool staged = Overlap(send, send_count * es, recv, total * es);
-  std::vector<std::byte> temp(staged ? static_cast<size_t>(total * es) : 0);
-  void* dst = staged ? static_cast<void*>(temp.data()) : recv;
+  StagedOutput out(send, send_count * es, recv, total * es);
+  void* dst = out.dst();
   Post post;
   post.call.kind = CollectiveKind::kAllGather;
   post.call.dtype = dtype;
@@ -459,9 +479,7 @@ Status ThreadComm::AllGatherV(const void* send, int64_t send_count, void* recv, 
         }
         return Status();
       },
-      [&] {
-        if (staged) Copy(recv, temp.data(), total * es);
-      });
+      [&] { out.Finish(); });
 }
 
 Status ThreadComm::ReduceScatterV(const void* send, std::span<const int64_t> counts, void* recv, DType dtype,
@@ -473,9 +491,8 @@ Status ThreadComm::ReduceScatterV(const void* send, std::span<const int64_t> cou
   MF_RETURN_IF_ERROR(CheckBuffer(site, "send", send, total));
   MF_RETURN_IF_ERROR(CheckBuffer(site, "recv", recv, mine));
   const int64_t es = DTypeSize(dtype);
-  const bool staged = Overlap(send, total * es, recv, mine * es);
-  std::vector<std::byte> temp(staged ? static_cast<size_t>(mine * es) : 0);
-  void* dst = staged ? static_cast<void*>(temp.data()) : recv;
+  StagedOutput out(send, total * es, recv, mine * es);
+  void* dst = out.dst();
   Post post;
   post.call.kind = CollectiveKind::kReduceScatter;
   post.call.dtype = dtype;
@@ -494,9 +511,7 @@ Status ThreadComm::ReduceScatterV(const void* send, std::span<const int64_t> cou
         }
         return ReduceBuffers(inputs, dst, mine, dtype, op);
       },
-      [&] {
-        if (staged) Copy(recv, temp.data(), mine * es);
-      });
+      [&] { out.Finish(); });
 }
 
 Status ThreadComm::AllReduce(const void* send, void* recv, int64_t count, DType dtype, ReduceOp op) {
@@ -553,9 +568,8 @@ Status ThreadComm::AllToAllV(const void* send, std::span<const int64_t> send_cou
   MF_RETURN_IF_ERROR(CheckBuffer(site, "send", send, send_total));
   MF_RETURN_IF_ERROR(CheckBuffer(site, "recv", recv, recv_total));
   const int64_t es = DTypeSize(dtype);
-  const bool staged = Overlap(send, send_total * es, recv, recv_total * es);
-  std::vector<std::byte> temp(staged ? static_cast<size_t>(recv_total * es) : 0);
-  void* dst = staged ? static_cast<void*>(temp.data()) : recv;
+  StagedOutput out(send, send_total * es, recv, recv_total * es);
+  void* dst = out.dst();
   Post post;
   post.call.kind = CollectiveKind::kAllToAll;
   post.call.dtype = dtype;
@@ -577,9 +591,7 @@ Status ThreadComm::AllToAllV(const void* send, std::span<const int64_t> send_cou
         }
         return Status();
       },
-      [&] {
-        if (staged) Copy(recv, temp.data(), recv_total * es);
-      });
+      [&] { out.Finish(); });
 }
 
 Status ThreadComm::Broadcast(void* buffer, int64_t count, DType dtype, int root) {
