@@ -1,13 +1,20 @@
-// comm: an nccl-tests style microbenchmark of meshflow's collectives, on the threads or MPI backend.
+// comm: an nccl-tests style microbenchmark of meshflow's collectives, on the threads, MPI or NCCL
+// backend.
 //
 //   bazel build --config=opt //bench:comm
 //   bazel-bin/bench/comm --backend threads -t 4 --op all_reduce -b 8 -e 128M -f 2
 //   source collectives/mpi/mpi_env.sh
 //   mpirun "${MPIRUN_FLAGS[@]}" -np 4 bazel-bin/bench/comm --backend mpi --op all_gather -b 8 -e 64M -f 4
 //   bazel-bin/bench/comm --op redistribute --from 'S(0)' --to 'S(1)' --mesh 4 -b 1K -e 16M -f 4
+//   bazel-bin/bench/comm --backend nccl --op all_reduce -b 8 -e 256M -f 2     (needs a GPU)
+//   bazel-bin/bench/comm_nccl ...   the same program without MPI (threads + nccl), for GPU machines
+//                                    without an MPI installation (bench/BUILD.bazel)
 //
 // Options (defaults in brackets):
-//   --backend threads|mpi [threads]   mpi: the binary is started by mpirun, world = MPI_COMM_WORLD
+//   --backend threads|mpi|nccl [threads]
+//                                     mpi: the binary is started by mpirun, world = MPI_COMM_WORLD;
+//                                     nccl: one process drives every visible GPU (NcclWorld,
+//                                     ncclCommInitAll), one rank per GPU; -t is ignored
 //   --op all_gather|reduce_scatter|all_reduce|all_to_all|redistribute [all_reduce]
 //   --from P --to P --mesh AxB        redistribute only: placements ("S(0)", "R", "P(sum)", one per
 //                                     mesh dim, comma separated) and mesh shape [S(0) -> R on 4]
@@ -33,7 +40,20 @@
 // MPI_Reduce_scatter_block, MPI_Allreduce, MPI_Alltoall on MPI_COMM_WORLD; not for bf16 or
 // redistribute) and our overhead, (time - mpi_time) / mpi_time. Only rank 0 prints. The exit code
 // is non-zero on any error or any wrong element.
+//
+// NCCL: collectives run on device buffers with the device API (NcclCommunicator::Device*, NCCL's
+// native reductions, NcclReduction::kNative) on each rank's comm stream; time(us) is cudaEvent time
+// of the ITERS calls (after WARMUP calls and a barrier) / ITERS, max over ranks; the check copies the
+// result back to the host. redistribute runs the plan executor on host tensors through the
+// host-buffer API (staged through the GPU). Baseline: cudaMemcpyAsync device-to-device of `size`
+// bytes on GPU 0 ("d2d", GB/s, cudaEvent timing) and busbw / d2d. Without a CUDA device (or in a
+// build without CUDA) --backend nccl exits 1 with a message.
+#if !defined(MESHFLOW_COMM_NO_MPI)
 #include <mpi.h>
+#endif
+#if defined(MESHFLOW_COMM_WITH_NCCL)
+#include <cuda_runtime.h>
+#endif
 
 #include <algorithm>
 #include <chrono>
@@ -52,7 +72,13 @@
 #include "collectives/dtensor_api.h"
 #include "collectives/executor.h"
 #include "collectives/mesh_comms.h"
+#if !defined(MESHFLOW_COMM_NO_MPI)
 #include "collectives/mpi/mpi_communicator.h"
+#endif
+#if defined(MESHFLOW_COMM_WITH_NCCL)
+#include "collectives/nccl/cuda_status.h"
+#include "collectives/nccl/nccl_communicator.h"
+#endif
 #include "collectives/threads_world.h"
 #include "dtensor/dtensor.h"
 #include "dtensor/dtype.h"
@@ -129,7 +155,7 @@ StatusOr<Config> ParseArgs(int argc, char** argv) {
     if (i + 1 >= argc) return InvalidArgumentError("option '" + std::string(a) + "' needs a value");
     const std::string_view v = argv[++i];
     if (a == "--backend") {
-      if (v != "threads" && v != "mpi") return InvalidArgumentError("bad --backend '" + std::string(v) + "'");
+      if (v != "threads" && v != "mpi" && v != "nccl") return InvalidArgumentError("bad --backend '" + std::string(v) + "'");
       c.backend = v;
     } else if (a == "--op") {
       c.op_name = v;
@@ -233,6 +259,7 @@ double BusFactor(Op op, int n) {
   return 1.0;
 }
 
+#if !defined(MESHFLOW_COMM_NO_MPI)
 StatusOr<MPI_Datatype> MpiType(DType t) {
   switch (t) {
     case DType::kF32: return MPI_FLOAT;
@@ -251,6 +278,7 @@ Status MpiCheck(int rc, const char* what) {
   MPI_Error_string(rc, msg, &len);
   return InternalError(std::string(what) + ": " + std::string(msg, static_cast<size_t>(len)));
 }
+#endif
 
 StatusOr<std::vector<int64_t>> ParseMesh(std::string_view s) {
   std::vector<int64_t> shape;
@@ -269,7 +297,11 @@ StatusOr<std::vector<int64_t>> ParseMesh(std::string_view s) {
 // The benchmark body every rank runs. Fills `rows` on rank 0.
 class Bench {
  public:
-  Bench(const Config& config, Communicator& comm) : c_(config), comm_(comm), n_(comm.size()) {}
+  Bench(const Config& config, Communicator& comm) : c_(config), comm_(comm), n_(comm.size()) {
+#if defined(MESHFLOW_COMM_WITH_NCCL)
+    if (c_.backend == "nccl") nccl_ = dynamic_cast<NcclCommunicator*>(&comm);
+#endif
+  }
 
   Status Run(std::vector<Row>& rows) {
     for (int64_t req = c_.min_bytes; req <= c_.max_bytes; req *= c_.factor) {
@@ -303,6 +335,81 @@ class Bench {
     return InternalError("not a collective");
   }
 
+#if defined(MESHFLOW_COMM_WITH_NCCL)
+  // The op on device buffers, enqueued on the rank's comm stream.
+  Status DeviceCall(const void* send, void* recv, int64_t pc, int64_t count) {
+    switch (c_.op) {
+      case Op::kAllGather: return nccl_->DeviceAllGather(send, recv, pc, c_.dtype, nccl_->stream());
+      case Op::kReduceScatter:
+        return nccl_->DeviceReduceScatter(send, recv, pc, c_.dtype, ReduceOp::kSum, nccl_->stream());
+      case Op::kAllReduce: return nccl_->DeviceAllReduce(send, recv, count, c_.dtype, ReduceOp::kSum, nccl_->stream());
+      case Op::kAllToAll: return nccl_->DeviceAllToAll(send, recv, pc, c_.dtype, nccl_->stream());
+      case Op::kRedistribute: break;
+    }
+    return InternalError("not a collective");
+  }
+
+  // Device buffers of one size (freed on destruction).
+  struct DeviceBuffers {
+    void* send = nullptr;
+    void* recv = nullptr;
+    DeviceBuffers() = default;
+    DeviceBuffers(const DeviceBuffers&) = delete;
+    DeviceBuffers& operator=(const DeviceBuffers&) = delete;
+    ~DeviceBuffers() {
+      if (send != nullptr) cudaFree(send);
+      if (recv != nullptr) cudaFree(recv);
+    }
+  };
+#endif
+
+  // Runs the op once (the check). nccl: copies send to the device, calls the device op, copies
+  // recv back.
+  Status CheckCall(std::vector<std::byte>& send, std::vector<std::byte>& recv, int64_t pc, int64_t count) {
+#if defined(MESHFLOW_COMM_WITH_NCCL)
+    if (nccl_ != nullptr) {
+      MF_RETURN_IF_ERROR(CheckCuda(cudaMemcpy(dev_->send, send.data(), send.size(), cudaMemcpyHostToDevice),
+                                   "cudaMemcpy", "comm check"));
+      MF_RETURN_IF_ERROR(DeviceCall(dev_->send, dev_->recv, pc, count));
+      MF_RETURN_IF_ERROR(nccl_->Synchronize(nccl_->stream(), "comm check"));
+      return CheckCuda(cudaMemcpy(recv.data(), dev_->recv, recv.size(), cudaMemcpyDeviceToHost), "cudaMemcpy",
+                       "comm check");
+    }
+#endif
+    return Call(send.data(), recv.data(), pc, count);
+  }
+
+  // This rank's average seconds per call: WARMUP calls, a barrier, then ITERS timed calls.
+  StatusOr<double> TimeCalls(std::vector<std::byte>& send, std::vector<std::byte>& recv, int64_t pc, int64_t count) {
+#if defined(MESHFLOW_COMM_WITH_NCCL)
+    if (nccl_ != nullptr) {
+      const cudaStream_t stream = nccl_->stream();
+      for (int i = 0; i < c_.warmup; ++i) MF_RETURN_IF_ERROR(DeviceCall(dev_->send, dev_->recv, pc, count));
+      MF_RETURN_IF_ERROR(nccl_->Synchronize(stream, "comm warm-up"));
+      MF_RETURN_IF_ERROR(comm_.Barrier());
+      cudaEvent_t start = nullptr, stop = nullptr;
+      MF_RETURN_IF_ERROR(CheckCuda(cudaEventCreate(&start), "cudaEventCreate", "comm"));
+      MF_RETURN_IF_ERROR(CheckCuda(cudaEventCreate(&stop), "cudaEventCreate", "comm"));
+      MF_RETURN_IF_ERROR(CheckCuda(cudaEventRecord(start, stream), "cudaEventRecord", "comm"));
+      for (int i = 0; i < c_.iters; ++i) MF_RETURN_IF_ERROR(DeviceCall(dev_->send, dev_->recv, pc, count));
+      MF_RETURN_IF_ERROR(CheckCuda(cudaEventRecord(stop, stream), "cudaEventRecord", "comm"));
+      MF_RETURN_IF_ERROR(nccl_->Synchronize(stream, "comm timed calls"));
+      float ms = 0;
+      MF_RETURN_IF_ERROR(CheckCuda(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime", "comm"));
+      cudaEventDestroy(start);
+      cudaEventDestroy(stop);
+      return static_cast<double>(ms) / 1e3 / c_.iters;
+    }
+#endif
+    for (int i = 0; i < c_.warmup; ++i) MF_RETURN_IF_ERROR(Call(send.data(), recv.data(), pc, count));
+    MF_RETURN_IF_ERROR(comm_.Barrier());
+    auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < c_.iters; ++i) MF_RETURN_IF_ERROR(Call(send.data(), recv.data(), pc, count));
+    auto t1 = std::chrono::steady_clock::now();
+    return Seconds(t0, t1) / c_.iters;
+  }
+
+#if !defined(MESHFLOW_COMM_NO_MPI)
   Status RawMpiCall(const void* send, void* recv, int64_t pc, int64_t count, MPI_Datatype t) {
     const int ipc = static_cast<int>(pc);
     switch (c_.op) {
@@ -320,6 +427,7 @@ class Bench {
     }
     return InternalError("not a collective");
   }
+#endif
 
   Status MeasureCollective(int64_t req, Row& row) {
     const int64_t es = DTypeSize(c_.dtype);
@@ -333,12 +441,21 @@ class Bench {
     std::vector<std::byte> recv(static_cast<size_t>(std::max<int64_t>(recv_count, 1) * es));
     row.bytes = count * es;
     row.count = count;
+#if defined(MESHFLOW_COMM_WITH_NCCL)
+    DeviceBuffers dev;
+    if (nccl_ != nullptr) {
+      MF_RETURN_IF_ERROR(CheckCuda(cudaMalloc(&dev.send, send.size()), "cudaMalloc", "comm send buffer"));
+      MF_RETURN_IF_ERROR(CheckCuda(cudaMalloc(&dev.recv, recv.size()), "cudaMalloc", "comm recv buffer"));
+      MF_RETURN_IF_ERROR(CheckCuda(cudaMemset(dev.send, 0, send.size()), "cudaMemset", "comm send buffer"));
+      dev_ = &dev;
+    }
+#endif
 
     // Check (untimed): fill, call once, compare with the exact result.
     int64_t wrong = 0;
     if (c_.check) {
       Fill(c_.dtype, send.data(), send_count, me, 0);
-      MF_RETURN_IF_ERROR(Call(send.data(), recv.data(), pc, count));
+      MF_RETURN_IF_ERROR(CheckCall(send, recv, pc, count));
       switch (c_.op) {
         case Op::kAllGather:
           wrong = CountWrong(c_.dtype, recv.data(), recv_count, [&](int64_t i) {
@@ -372,31 +489,29 @@ class Bench {
     MF_ASSIGN_OR_RETURN(row.wrong, SumOverRanks(wrong));
 
     // Timed: warm-up, then ITERS back-to-back calls between a barrier and the clock.
-    for (int i = 0; i < c_.warmup; ++i) MF_RETURN_IF_ERROR(Call(send.data(), recv.data(), pc, count));
-    MF_RETURN_IF_ERROR(comm_.Barrier());
-    auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < c_.iters; ++i) MF_RETURN_IF_ERROR(Call(send.data(), recv.data(), pc, count));
-    auto t1 = std::chrono::steady_clock::now();
-    MF_ASSIGN_OR_RETURN(double seconds, MaxOverRanks(Seconds(t0, t1) / c_.iters));
+    MF_ASSIGN_OR_RETURN(double mine, TimeCalls(send, recv, pc, count));
+    MF_ASSIGN_OR_RETURN(double seconds, MaxOverRanks(mine));
     row.us = seconds * 1e6;
     row.algbw = seconds > 0 ? static_cast<double>(row.bytes) / seconds / 1e9 : 0;
     row.busbw = row.algbw * BusFactor(c_.op, n_);
 
+#if !defined(MESHFLOW_COMM_NO_MPI)
     // Raw MPI baseline on MPI_COMM_WORLD, same buffers and loop.
     if (c_.backend == "mpi") {
       StatusOr<MPI_Datatype> t = MpiType(c_.dtype);
       if (t.ok() && count <= INT32_MAX) {
         for (int i = 0; i < c_.warmup; ++i) MF_RETURN_IF_ERROR(RawMpiCall(send.data(), recv.data(), pc, count, *t));
         MF_RETURN_IF_ERROR(MpiCheck(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier"));
-        t0 = std::chrono::steady_clock::now();
+        const auto t0 = std::chrono::steady_clock::now();
         for (int i = 0; i < c_.iters; ++i) MF_RETURN_IF_ERROR(RawMpiCall(send.data(), recv.data(), pc, count, *t));
-        t1 = std::chrono::steady_clock::now();
+        const auto t1 = std::chrono::steady_clock::now();
         double raw = Seconds(t0, t1) / c_.iters;
         MF_RETURN_IF_ERROR(
             MpiCheck(MPI_Allreduce(MPI_IN_PLACE, &raw, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD), "MPI_Allreduce"));
         row.baseline = raw * 1e6;
       }
     }
+#endif
     return Status();
   }
 
@@ -463,6 +578,10 @@ class Bench {
   const Config& c_;
   Communicator& comm_;
   int n_;
+#if defined(MESHFLOW_COMM_WITH_NCCL)
+  NcclCommunicator* nccl_ = nullptr;
+  DeviceBuffers* dev_ = nullptr;  // of the size being measured
+#endif
 };
 
 // Single-thread memcpy of `bytes`, GB/s (average over the copies).
@@ -492,11 +611,15 @@ double MemcpyGBps(int64_t bytes, int iters) {
 }
 
 void Print(const Config& c, int nranks, const std::vector<Row>& rows) {
-  const bool threads = c.backend == "threads";
+  // threads and nccl print a copy-bandwidth baseline (memcpy / device-to-device), mpi raw MPI times.
+  const bool threads = c.backend != "mpi";
+  const bool nccl = c.backend == "nccl";
   const char* redop = (c.op == Op::kAllReduce || c.op == Op::kReduceScatter) ? "sum" : "none";
   if (c.csv) {
     std::printf("size,count,type,redop,time_us,algbw_GBps,busbw_GBps,wrong,%s\n",
-                threads ? "memcpy_GBps,busbw_over_memcpy" : "mpi_time_us,mpi_busbw_GBps,overhead_pct");
+                nccl      ? "d2d_GBps,busbw_over_d2d"
+                : threads ? "memcpy_GBps,busbw_over_memcpy"
+                          : "mpi_time_us,mpi_busbw_GBps,overhead_pct");
     for (const Row& r : rows) {
       std::printf("%lld,%lld,%s,%s,%.2f,%.3f,%.3f,%lld,", static_cast<long long>(r.bytes),
                   static_cast<long long>(r.count), TypeName(c.dtype), redop, r.us, r.algbw, r.busbw,
@@ -525,7 +648,7 @@ void Print(const Config& c, int nranks, const std::vector<Row>& rows) {
   std::printf("#\n");
   if (threads) {
     std::printf("# %10s %12s %8s %6s %10s %8s %8s %6s %8s %7s\n", "size", "count", "type", "redop", "time",
-                "algbw", "busbw", "#wrong", "memcpy", "bus/mem");
+                "algbw", "busbw", "#wrong", nccl ? "d2d" : "memcpy", nccl ? "bus/d2d" : "bus/mem");
     std::printf("# %10s %12s %8s %6s %10s %8s %8s %6s %8s %7s\n", "(B)", "(elements)", "", "", "(us)", "(GB/s)",
                 "(GB/s)", "", "(GB/s)", "");
   } else {
@@ -585,6 +708,80 @@ int RunThreads(const Config& c) {
   return TotalWrong(rows) == 0 ? 0 : 1;
 }
 
+#if defined(MESHFLOW_COMM_WITH_NCCL)
+// cudaMemcpyAsync device-to-device of `bytes` on GPU 0, GB/s (cudaEvent timing, average of iters).
+StatusOr<double> DeviceCopyGBps(int64_t bytes, int iters) {
+  if (bytes == 0) return 0.0;
+  MF_RETURN_IF_ERROR(CheckCuda(cudaSetDevice(0), "cudaSetDevice", "d2d baseline"));
+  void *src = nullptr, *dst = nullptr;
+  MF_RETURN_IF_ERROR(CheckCuda(cudaMalloc(&src, static_cast<size_t>(bytes)), "cudaMalloc", "d2d baseline"));
+  MF_RETURN_IF_ERROR(CheckCuda(cudaMalloc(&dst, static_cast<size_t>(bytes)), "cudaMalloc", "d2d baseline"));
+  cudaStream_t stream = nullptr;
+  cudaEvent_t start = nullptr, stop = nullptr;
+  MF_RETURN_IF_ERROR(CheckCuda(cudaStreamCreate(&stream), "cudaStreamCreate", "d2d baseline"));
+  MF_RETURN_IF_ERROR(CheckCuda(cudaEventCreate(&start), "cudaEventCreate", "d2d baseline"));
+  MF_RETURN_IF_ERROR(CheckCuda(cudaEventCreate(&stop), "cudaEventCreate", "d2d baseline"));
+  const size_t n = static_cast<size_t>(bytes);
+  MF_RETURN_IF_ERROR(CheckCuda(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, stream), "cudaMemcpyAsync", "d2d"));
+  MF_RETURN_IF_ERROR(CheckCuda(cudaEventRecord(start, stream), "cudaEventRecord", "d2d baseline"));
+  for (int i = 0; i < iters; ++i) {
+    MF_RETURN_IF_ERROR(CheckCuda(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, stream), "cudaMemcpyAsync", "d2d"));
+  }
+  MF_RETURN_IF_ERROR(CheckCuda(cudaEventRecord(stop, stream), "cudaEventRecord", "d2d baseline"));
+  MF_RETURN_IF_ERROR(CheckCuda(cudaEventSynchronize(stop), "cudaEventSynchronize", "d2d baseline"));
+  float ms = 0;
+  MF_RETURN_IF_ERROR(CheckCuda(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime", "d2d baseline"));
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  cudaStreamDestroy(stream);
+  cudaFree(src);
+  cudaFree(dst);
+  const double s = static_cast<double>(ms) / 1e3 / iters;
+  return s > 0 ? static_cast<double>(bytes) / s / 1e9 : 0.0;
+}
+
+int RunNccl(const Config& c) {
+  NcclOptions opts;
+  opts.reduction = NcclReduction::kNative;
+  auto world = NcclWorld::Create({}, opts);
+  if (!world.ok()) {
+    std::fprintf(stderr, "comm: --backend nccl: %s\n", world.status().ToString().c_str());
+    return 1;
+  }
+  std::vector<Row> rows;
+  Status s = (*world)->Run([&](NcclCommunicator& comm) -> Status {
+    Bench bench(c, comm);
+    return bench.Run(rows);
+  });
+  if (!s.ok()) {
+    std::fprintf(stderr, "comm: %s\n", s.ToString().c_str());
+    return 1;
+  }
+  for (Row& r : rows) {
+    auto gbps = DeviceCopyGBps(r.bytes, c.iters);
+    if (!gbps.ok()) {
+      std::fprintf(stderr, "comm: %s\n", gbps.status().ToString().c_str());
+      return 1;
+    }
+    r.baseline = *gbps;
+  }
+  Print(c, (*world)->size(), rows);
+  std::fflush(stdout);
+  return TotalWrong(rows) == 0 ? 0 : 1;
+}
+#else
+int RunNccl(const Config&) {
+  std::fprintf(stderr, "comm: --backend nccl: this binary was built without CUDA (@local_cuda found no toolkit)\n");
+  return 1;
+}
+#endif
+
+#if defined(MESHFLOW_COMM_NO_MPI)
+int RunMpi(const Config&) {
+  std::fprintf(stderr, "comm: --backend mpi: this binary was built without MPI (use //bench:comm)\n");
+  return 1;
+}
+#else
 int RunMpi(const Config& c) {
   MpiFinalizeGuard finalize;
   auto world = MpiWorld();
@@ -604,6 +801,7 @@ int RunMpi(const Config& c) {
   if (!s.ok()) MpiAbort(s);
   return wrong == 0 ? 0 : 1;
 }
+#endif
 
 }  // namespace
 }  // namespace meshflow
@@ -614,5 +812,6 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "comm: %s\n", config.status().ToString().c_str());
     return 2;
   }
+  if (config->backend == "nccl") return meshflow::RunNccl(*config);
   return config->backend == "mpi" ? meshflow::RunMpi(*config) : meshflow::RunThreads(*config);
 }

@@ -1,0 +1,100 @@
+#include "collectives/nccl/device_kernels.h"
+
+#include <string>
+
+#include "collectives/nccl/cuda_status.h"
+#include "collectives/nccl/device_kernels_launch.h"
+
+namespace meshflow {
+
+static_assert(kMaxDeviceCopyRank == cuda_launch::kMaxBoxRank);
+static_assert(static_cast<int>(DType::kF32) == 0 && static_cast<int>(DType::kF64) == 1 &&
+              static_cast<int>(DType::kBF16) == 2 && static_cast<int>(DType::kI32) == 3 &&
+              static_cast<int>(DType::kI64) == 4);
+static_assert(static_cast<int>(ReduceOp::kSum) == 0 && static_cast<int>(ReduceOp::kAvg) == 1 &&
+              static_cast<int>(ReduceOp::kMax) == 2 && static_cast<int>(ReduceOp::kMin) == 3);
+
+namespace {
+
+std::string Join(std::span<const int64_t> v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
+  return s + "]";
+}
+
+}  // namespace
+
+Status CopyRegionOnDevice(const void* src, std::span<const int64_t> src_shape, std::span<const int64_t> src_offset,
+                          void* dst, std::span<const int64_t> dst_shape, std::span<const int64_t> dst_offset,
+                          std::span<const int64_t> extent, int64_t elem_size, cudaStream_t stream) {
+  const size_t rank = extent.size();
+  if (src_shape.size() != rank || src_offset.size() != rank || dst_shape.size() != rank ||
+      dst_offset.size() != rank) {
+    return InvalidArgumentError("CopyRegionOnDevice: ranks differ: src_shape " + Join(src_shape) + ", src_offset " +
+                                Join(src_offset) + ", dst_shape " + Join(dst_shape) + ", dst_offset " +
+                                Join(dst_offset) + ", extent " + Join(extent));
+  }
+  if (rank > static_cast<size_t>(kMaxDeviceCopyRank)) {
+    return InvalidArgumentError("CopyRegionOnDevice: rank " + std::to_string(rank) + " exceeds " +
+                                std::to_string(kMaxDeviceCopyRank));
+  }
+  if (elem_size < 1) return InvalidArgumentError("CopyRegionOnDevice: elem_size " + std::to_string(elem_size) + " < 1");
+  int64_t total = 1;
+  for (size_t k = 0; k < rank; ++k) {
+    if (extent[k] < 0 || src_offset[k] < 0 || dst_offset[k] < 0 || src_shape[k] < 0 || dst_shape[k] < 0) {
+      return InvalidArgumentError("CopyRegionOnDevice: negative size or offset at dim " + std::to_string(k) +
+                                  ": src_shape " + Join(src_shape) + ", src_offset " + Join(src_offset) +
+                                  ", dst_shape " + Join(dst_shape) + ", dst_offset " + Join(dst_offset) +
+                                  ", extent " + Join(extent));
+    }
+    total *= extent[k];
+  }
+  if (total == 0) return Status();
+  for (size_t k = 0; k < rank; ++k) {
+    if (src_offset[k] + extent[k] > src_shape[k] || dst_offset[k] + extent[k] > dst_shape[k]) {
+      return InvalidArgumentError("CopyRegionOnDevice: region outside its tensor at dim " + std::to_string(k) +
+                                  ": src_shape " + Join(src_shape) + ", src_offset " + Join(src_offset) +
+                                  ", dst_shape " + Join(dst_shape) + ", dst_offset " + Join(dst_offset) +
+                                  ", extent " + Join(extent));
+    }
+  }
+  if (src == nullptr || dst == nullptr) {
+    return InvalidArgumentError(std::string("CopyRegionOnDevice: ") + (src == nullptr ? "src" : "dst") +
+                                " is null for " + std::to_string(total) + " elements");
+  }
+  cuda_launch::BoxCopyArgs a;
+  a.src = src;
+  a.dst = dst;
+  a.rank = static_cast<int>(rank);
+  a.elem_size = elem_size;
+  for (size_t k = 0; k < rank; ++k) {
+    a.src_shape[k] = src_shape[k];
+    a.src_offset[k] = src_offset[k];
+    a.dst_shape[k] = dst_shape[k];
+    a.dst_offset[k] = dst_offset[k];
+    a.extent[k] = extent[k];
+  }
+  return CheckCuda(cuda_launch::LaunchBoxCopy(a, stream), "BoxCopyKernel launch",
+                   "CopyRegionOnDevice (extent " + Join(extent) + ")");
+}
+
+Status ReduceOnDevice(const void* in, int n, int64_t stride, int64_t count, void* out, DType dtype, ReduceOp op,
+                      cudaStream_t stream) {
+  if (n < 1) return InvalidArgumentError("ReduceOnDevice: n = " + std::to_string(n) + " inputs (need >= 1)");
+  if (count < 0) return InvalidArgumentError("ReduceOnDevice: negative count " + std::to_string(count));
+  if (count == 0) return Status();
+  if (stride < count) {
+    return InvalidArgumentError("ReduceOnDevice: stride " + std::to_string(stride) + " < count " +
+                                std::to_string(count));
+  }
+  if (in == nullptr || out == nullptr) {
+    return InvalidArgumentError(std::string("ReduceOnDevice: ") + (in == nullptr ? "in" : "out") +
+                                " is null for count " + std::to_string(count));
+  }
+  return CheckCuda(cuda_launch::LaunchReduceStrided(in, n, stride, count, out, static_cast<int>(dtype),
+                                                    static_cast<int>(op), stream),
+                   "ReduceKernel launch", "ReduceOnDevice (" + std::string(DTypeName(dtype)) + ", count " +
+                                              std::to_string(count) + ")");
+}
+
+}  // namespace meshflow

@@ -1,0 +1,193 @@
+// CUDA kernels of the NCCL backend: box-region copy (pack/unpack of non-contiguous shards) and the
+// rank-order reduction that keeps device reductions bit-identical to collectives/reduce.cc.
+#include <cstdint>
+
+#include "collectives/nccl/device_kernels_launch.h"
+
+namespace meshflow {
+namespace cuda_launch {
+namespace {
+
+constexpr int kThreads = 256;
+
+int Blocks(int64_t work) {
+  int64_t b = (work + kThreads - 1) / kThreads;
+  if (b > 65535 * 8) b = 65535 * 8;  // grid-stride loops cover the rest
+  return b < 1 ? 1 : static_cast<int>(b);
+}
+
+template <typename T>
+__global__ void BoxCopyKernel(BoxCopyArgs a, int64_t total) {
+  const T* src = static_cast<const T*>(a.src);
+  T* dst = static_cast<T*>(a.dst);
+  for (int64_t flat = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; flat < total;
+       flat += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    int64_t rest = flat;
+    int64_t s = 0, d = 0, s_stride = 1, d_stride = 1;
+    for (int k = a.rank - 1; k >= 0; --k) {
+      const int64_t idx = rest % a.extent[k];
+      rest /= a.extent[k];
+      s += (a.src_offset[k] + idx) * s_stride;
+      d += (a.dst_offset[k] + idx) * d_stride;
+      s_stride *= a.src_shape[k];
+      d_stride *= a.dst_shape[k];
+    }
+    dst[d] = src[s];
+  }
+}
+
+// Byte-wise fallback for element sizes other than 1, 2, 4, 8, 16.
+__global__ void BoxCopyBytesKernel(BoxCopyArgs a, int64_t total) {
+  const unsigned char* src = static_cast<const unsigned char*>(a.src);
+  unsigned char* dst = static_cast<unsigned char*>(a.dst);
+  for (int64_t flat = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; flat < total;
+       flat += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    int64_t rest = flat;
+    int64_t s = 0, d = 0, s_stride = 1, d_stride = 1;
+    for (int k = a.rank - 1; k >= 0; --k) {
+      const int64_t idx = rest % a.extent[k];
+      rest /= a.extent[k];
+      s += (a.src_offset[k] + idx) * s_stride;
+      d += (a.dst_offset[k] + idx) * d_stride;
+      s_stride *= a.src_shape[k];
+      d_stride *= a.dst_shape[k];
+    }
+    for (int64_t b = 0; b < a.elem_size; ++b) dst[d * a.elem_size + b] = src[s * a.elem_size + b];
+  }
+}
+
+struct alignas(16) Bytes16 {
+  unsigned long long lo, hi;
+};
+
+// ---- reduction (mirrors collectives/reduce.cc) ----
+struct BF16 {
+  uint16_t bits;
+};
+
+__device__ float BF16ToFloat(uint16_t b) { return __uint_as_float(static_cast<uint32_t>(b) << 16); }
+__device__ uint16_t FloatToBF16(float f) {
+  const uint32_t u = __float_as_uint(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);  // quiet NaN
+  const uint32_t rounding = 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>((u + rounding) >> 16);
+}
+
+template <typename T>
+struct Traits;
+template <>
+struct Traits<float> {
+  using Acc = float;
+  static constexpr bool kFloat = true;
+  __device__ static Acc Load(float v) { return v; }
+  __device__ static float Store(Acc v) { return v; }
+};
+template <>
+struct Traits<double> {
+  using Acc = double;
+  static constexpr bool kFloat = true;
+  __device__ static Acc Load(double v) { return v; }
+  __device__ static double Store(Acc v) { return v; }
+};
+template <>
+struct Traits<BF16> {
+  using Acc = float;
+  static constexpr bool kFloat = true;
+  __device__ static Acc Load(BF16 v) { return BF16ToFloat(v.bits); }
+  __device__ static BF16 Store(Acc v) { return BF16{FloatToBF16(v)}; }
+};
+template <>
+struct Traits<int32_t> {
+  using Acc = long long;
+  static constexpr bool kFloat = false;
+  __device__ static Acc Load(int32_t v) { return v; }
+  __device__ static int32_t Store(Acc v) { return static_cast<int32_t>(static_cast<uint32_t>(v)); }
+};
+template <>
+struct Traits<int64_t> {
+  using Acc = __int128;
+  static constexpr bool kFloat = false;
+  __device__ static Acc Load(int64_t v) { return v; }
+  __device__ static int64_t Store(Acc v) {
+    return static_cast<int64_t>(static_cast<unsigned long long>(static_cast<unsigned __int128>(v)));
+  }
+};
+
+template <typename Acc, bool kFloat>
+__device__ Acc Max(Acc acc, Acc x) {
+  if constexpr (kFloat) {
+    return (acc != acc || acc >= x) ? acc : x;  // NaN propagates; earliest of equals wins
+  } else {
+    return acc >= x ? acc : x;
+  }
+}
+template <typename Acc, bool kFloat>
+__device__ Acc Min(Acc acc, Acc x) {
+  if constexpr (kFloat) {
+    return (acc != acc || acc <= x) ? acc : x;
+  } else {
+    return acc <= x ? acc : x;
+  }
+}
+
+template <typename T>
+__global__ void ReduceKernel(const T* in, int64_t n, int64_t stride, int64_t count, T* out, int op) {
+  using Tr = Traits<T>;
+  using Acc = typename Tr::Acc;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    Acc acc = Tr::Load(in[i]);
+    for (int64_t r = 1; r < n; ++r) {
+      const Acc x = Tr::Load(in[r * stride + i]);
+      switch (op) {
+        case 0:
+        case 1: acc = acc + x; break;
+        case 2: acc = Max<Acc, Tr::kFloat>(acc, x); break;
+        default: acc = Min<Acc, Tr::kFloat>(acc, x); break;
+      }
+    }
+    if (op == 1) acc = acc / static_cast<Acc>(n);  // integers truncate toward zero
+    out[i] = Tr::Store(acc);
+  }
+}
+
+template <typename T>
+cudaError_t Reduce(const void* in, int64_t n, int64_t stride, int64_t count, void* out, int op, cudaStream_t stream) {
+  ReduceKernel<T><<<Blocks(count), kThreads, 0, stream>>>(static_cast<const T*>(in), n, stride, count,
+                                                          static_cast<T*>(out), op);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+cudaError_t LaunchBoxCopy(const BoxCopyArgs& args, cudaStream_t stream) {
+  int64_t total = 1;
+  for (int k = 0; k < args.rank; ++k) total *= args.extent[k];
+  if (total <= 0) return cudaSuccess;
+  const int blocks = Blocks(total);
+  switch (args.elem_size) {
+    case 1: BoxCopyKernel<uint8_t><<<blocks, kThreads, 0, stream>>>(args, total); break;
+    case 2: BoxCopyKernel<uint16_t><<<blocks, kThreads, 0, stream>>>(args, total); break;
+    case 4: BoxCopyKernel<uint32_t><<<blocks, kThreads, 0, stream>>>(args, total); break;
+    case 8: BoxCopyKernel<unsigned long long><<<blocks, kThreads, 0, stream>>>(args, total); break;
+    case 16: BoxCopyKernel<Bytes16><<<blocks, kThreads, 0, stream>>>(args, total); break;
+    default: BoxCopyBytesKernel<<<blocks, kThreads, 0, stream>>>(args, total); break;
+  }
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchReduceStrided(const void* in, int64_t n, int64_t stride, int64_t count, void* out, int dtype, int op,
+                                cudaStream_t stream) {
+  if (count <= 0) return cudaSuccess;
+  switch (dtype) {
+    case 0: return Reduce<float>(in, n, stride, count, out, op, stream);
+    case 1: return Reduce<double>(in, n, stride, count, out, op, stream);
+    case 2: return Reduce<BF16>(in, n, stride, count, out, op, stream);
+    case 3: return Reduce<int32_t>(in, n, stride, count, out, op, stream);
+    case 4: return Reduce<int64_t>(in, n, stride, count, out, op, stream);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+}  // namespace cuda_launch
+}  // namespace meshflow
