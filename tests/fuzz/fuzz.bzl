@@ -1,0 +1,39 @@
+"""meshflow_fuzz_target: a libFuzzer target plus its seed-corpus replay test (tests/fuzz/)."""
+
+def meshflow_fuzz_target(name, deps, size = "small"):
+    """Declares <name>_fuzz_lib, <name>_fuzz_test and <name>_fuzzer.
+
+    Args:
+      name: the target's name; its source is <name>_fuzzer.cc and its seeds corpus/<name>/.
+      deps: libraries the fuzzer source uses.
+      size: size of the replay test.
+    """
+    native.cc_library(
+        name = name + "_fuzz_lib",
+        testonly = True,
+        srcs = [name + "_fuzzer.cc"],
+        deps = deps + [":fuzz_input"],
+        alwayslink = True,
+    )
+    native.cc_test(
+        name = name + "_fuzz_test",
+        size = size,
+        args = ["tests/fuzz/corpus/" + name],
+        data = native.glob(["corpus/" + name + "/**"]),
+        deps = [
+            ":" + name + "_fuzz_lib",
+            ":replay_main",
+        ],
+    )
+    native.cc_binary(
+        name = name + "_fuzzer",
+        testonly = True,
+        linkopts = select({
+            ":fuzzing": ["-fsanitize=fuzzer"],
+            "//conditions:default": [],
+        }),
+        deps = [":" + name + "_fuzz_lib"] + select({
+            ":fuzzing": [],
+            "//conditions:default": [":replay_main"],
+        }),
+    )
