@@ -14,6 +14,7 @@
 
 #include <gtest/gtest.h>
 
+#include "base/test_cases.h"
 #include "collectives/dtensor_api.h"
 #include "collectives/executor.h"
 #include "collectives/mesh_comms.h"
@@ -60,9 +61,9 @@ std::string RunCase(const RedistributeCase& c, PlannerKind planner) {
 
 TEST(RedistributePropertyTest, RandomCasesMatchReference) {
   RedistributeCaseGenerator gen(20261203, kMeshShapes);
-  constexpr int kCases = 1500;
+  const int cases = PropertyTestCases(1500);
   int failures = 0;
-  for (int i = 0; i < kCases && failures < 10; ++i) {
+  for (int i = 0; i < cases && failures < 10; ++i) {
     const RedistributeCase c = gen.Next();
     for (PlannerKind planner : {PlannerKind::kOptimal, PlannerKind::kGreedy, PlannerKind::kDirect}) {
       const std::string f = RunCase(c, planner);
