@@ -4,6 +4,8 @@
 // plans, i.e. everything an op does besides the kernel and the communication. One rank (1-rank
 // mesh), tiny tensors. Target < 1 us.
 // BM_EagerOp/<op>: the whole op on a 1-rank world (dispatch + tiny kernel + wrapping the result).
+// Ops 0-3 (matmul, add, sum, softmax) take S(0) inputs; the others (permute, reshape, layer norm,
+// embedding, concat, slice, cross-entropy) take Replicate inputs (ids / targets i64).
 // BM_PlanCacheLookup: for comparison, one PlanFor hit in the process-wide PlanCache (string key);
 // the dispatch cache stores its plans, so steady-state dispatch does not pay this.
 //
@@ -14,6 +16,7 @@
 #include "collectives/mesh_comms.h"
 #include "collectives/threads_world.h"
 #include "ops/eager.h"
+#include "ops/kernels.h"
 
 namespace meshflow::ops {
 namespace {
@@ -23,8 +26,23 @@ OpSpec SpecFor(int which) {
     case 0: return OpSpec::Matmul();
     case 1: return OpSpec::Binary(BinaryOp::kAdd);
     case 2: return OpSpec::Reduce(ReduceKind::kSum, {1}, false);
-    default: return OpSpec::Softmax(-1, false);
+    case 3: return OpSpec::Softmax(-1, false);
+    case 4: return OpSpec::Permute({1, 0});
+    case 5: return OpSpec::Reshape({4});
+    case 6: return OpSpec::LayerNorm(1, true, true);
+    case 7: return OpSpec::Embedding();
+    case 8: return OpSpec::Concat(0, 3);
+    case 9: return OpSpec::Slice(1, 0, 1, 1);
+    default: return OpSpec::CrossEntropy(LossReduction::kMean);
   }
+}
+constexpr int kNumSpecs = 11;
+
+int SpecIndex(const OpSpec& op) {
+  for (int i = 0; i < kNumSpecs; ++i) {
+    if (SpecFor(i) == op) return i;
+  }
+  return -1;
 }
 
 struct Inputs {
@@ -32,11 +50,20 @@ struct Inputs {
   std::vector<const DTensor*> ptrs;
 };
 
+// Tiny 2x2 f32 operands (norm weight / bias [2]; embedding ids / cross-entropy targets i64 [2]).
 Inputs MakeInputs(const OpSpec& op) {
   DeviceMesh mesh = *DeviceMesh::Create({1});
-  Layout l = *Layout::Create({2, 2}, mesh, {Shard{0}});
   Inputs in;
-  for (int i = 0; i < op.num_operands(); ++i) in.tensors.push_back(*Distribute(Tensor::Iota(DType::kF32, {2, 2}), l, 0));
+  for (int i = 0; i < op.num_operands(); ++i) {
+    const bool vec = op.kind == OpSpec::Kind::kNorm && i > 0;
+    const bool ints = (op.kind == OpSpec::Kind::kEmbedding || op.kind == OpSpec::Kind::kCrossEntropy) && i == 1;
+    const std::vector<int64_t> shape = vec || ints ? std::vector<int64_t>{2} : std::vector<int64_t>{2, 2};
+    Tensor t = ints ? Tensor::Zeros(DType::kI64, shape) : Tensor::Iota(DType::kF32, shape);
+    // The first four keep their historical S(0) inputs; the others take R so that no 1-rank
+    // redistribution (a plan with steps) is timed, only dispatch + kernel + wrapping.
+    const Placement p = SpecIndex(op) < 4 ? Placement{Shard{0}} : Placement{Replicate{}};
+    in.tensors.push_back(*Distribute(t, *Layout::Create(shape, mesh, {p}), 0));
+  }
   for (const DTensor& t : in.tensors) in.ptrs.push_back(&t);
   return in;
 }
@@ -44,14 +71,14 @@ Inputs MakeInputs(const OpSpec& op) {
 void BM_Dispatch(benchmark::State& state) {
   const OpSpec op = SpecFor(static_cast<int>(state.range(0)));
   Inputs in = MakeInputs(op);
-  if (!ChooseStrategy(op, in.ptrs).ok()) state.SkipWithError("choose failed");
+  if (auto c = ChooseStrategy(op, in.ptrs); !c.ok()) state.SkipWithError(c.status().ToString().c_str());
   for (auto _ : state) {
     auto c = ChooseStrategy(op, in.ptrs);
     benchmark::DoNotOptimize(c);
   }
   state.SetLabel(op.ToString());
 }
-BENCHMARK(BM_Dispatch)->DenseRange(0, 3);
+BENCHMARK(BM_Dispatch)->DenseRange(0, kNumSpecs - 1);
 
 void BM_EagerOp(benchmark::State& state) {
   const OpSpec op = SpecFor(static_cast<int>(state.range(0)));
@@ -68,7 +95,22 @@ void BM_EagerOp(benchmark::State& state) {
   if (!st.ok()) state.SkipWithError(st.ToString().c_str());
   state.SetLabel(op.ToString());
 }
-BENCHMARK(BM_EagerOp)->DenseRange(0, 3);
+BENCHMARK(BM_EagerOp)->DenseRange(0, kNumSpecs - 1);
+
+// Local permute kernel on an attention-sized f32 tensor [8,128,16,64] (1 Mi elements): arg 0 is
+// the head swap (0,2,1,3) (64-element contiguous runs), arg 1 the last-two-dims transpose
+// (element gather). Bytes processed = read + write.
+void BM_PermuteKernel(benchmark::State& state) {
+  const Tensor x = Tensor::Iota(DType::kF32, {8, 128, 16, 64});
+  const std::vector<int> perm = state.range(0) == 0 ? std::vector<int>{0, 2, 1, 3} : std::vector<int>{0, 1, 3, 2};
+  for (auto _ : state) {
+    auto y = PermuteKernel(x, perm);
+    benchmark::DoNotOptimize(y);
+  }
+  state.SetBytesProcessed(state.iterations() * 2 * x.NumBytes());
+  state.SetLabel(state.range(0) == 0 ? "perm(0,2,1,3)" : "perm(0,1,3,2)");
+}
+BENCHMARK(BM_PermuteKernel)->Arg(0)->Arg(1);
 
 void BM_PlanCacheLookup(benchmark::State& state) {
   DeviceMesh mesh = *DeviceMesh::Create({1});

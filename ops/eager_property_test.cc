@@ -1,5 +1,6 @@
 // Property test: random meshes, uneven shapes, random input layouts (Shard / Replicate /
-// Partial of any op, random shard orders) for matmul, add, sum/mean/max and softmax. The op picks
+// Partial of any op, random shard orders) for matmul, add, sum/mean/max, softmax, permute,
+// reshape, layer norm, concat, slice, embedding (i64 ids) and cross-entropy. The op picks
 // its own strategy (redistributing as needed); FullTensor of the result must equal the kernel
 // run on the global tensors.
 #include <algorithm>
@@ -7,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include "base/test_cases.h"
 #include "collectives/dtensor_api.h"
 #include "collectives/mesh_comms.h"
 #include "ops/eager.h"
@@ -62,10 +64,32 @@ class Gen {
 struct Case {
   OpSpec op;
   std::vector<std::vector<int64_t>> shapes;
+  std::vector<int64_t> int_bounds = {};  // per operand: > 0 means i64 values in [0, bound)
 };
+
+// A random reshape target of [r, c]: merge, split of either dim, or a regrouping.
+std::vector<int64_t> RandomReshape(Gen& g, int64_t r, int64_t c) {
+  switch (g.U(0, 3)) {
+    case 0: return {r * c};
+    case 1: return r % 2 == 0 ? std::vector<int64_t>{2, r / 2, c} : std::vector<int64_t>{r, c, 1};
+    case 2: return c % 2 == 0 ? std::vector<int64_t>{r, 2, c / 2} : std::vector<int64_t>{1, r, c};
+    default: return {c, -1};
+  }
+}
 
 Case RandomCase(Gen& g) {
   const int64_t r = g.U(1, 6), c = g.U(1, 7);
+  switch (g.U(0, 12)) {
+    case 6: return {OpSpec::Permute({1, 0}), {{r, c}}};
+    case 7: return {OpSpec::Reshape(RandomReshape(g, r, c)), {{r, c}}};
+    case 8: return {OpSpec::LayerNorm(1, true, g.U(0, 1) == 1), {{r, c}, {c}, {c}}};
+    case 9: return {OpSpec::Concat(g.U(0, 1), 2), {{r, c}, {r, c}}};
+    case 10: return {OpSpec::Slice(g.U(0, 1), g.U(-3, 2), g.U(1, 7), g.U(1, 2)), {{r, c}}};
+    case 11: return {OpSpec::Embedding(), {{r, c}, {g.U(1, 5)}}, {0, r}};
+    case 12: return {OpSpec::CrossEntropy(g.U(0, 1) == 0 ? LossReduction::kMean : LossReduction::kNone),
+                     {{r, c}, {r}}, {0, c}};
+    default: break;
+  }
   switch (g.U(0, 5)) {
     case 0: return {OpSpec::Matmul(), {{r, c}, {c, g.U(1, 5)}}};
     case 1: return {OpSpec::Matmul(), {{g.U(1, 3), r, c}, {c, g.U(0, 4)}}};
@@ -92,14 +116,18 @@ Case RandomCase(Gen& g) {
 TEST(EagerProperty, RandomLayouts) {
   Gen g(20240611);
   int cases = 0;
-  for (int iter = 0; iter < 250; ++iter) {
-    const Case c = RandomCase(g);
+  const int iters = PropertyTestCases(330);
+  for (int iter = 0; iter < iters; ++iter) {
+    Case c = RandomCase(g);
     const DeviceMesh mesh = g.Mesh();
     const DType dtype = g.U(0, 1) == 0 ? DType::kF64 : DType::kF32;
     std::vector<Tensor> globals;
     std::vector<Layout> layouts;
+    if (c.op.kind == OpSpec::Kind::kNorm && !c.op.has_bias) c.shapes.pop_back();
     for (size_t i = 0; i < c.shapes.size(); ++i) {
-      globals.push_back(GlobalFor(dtype, c.shapes[i], static_cast<int>(i) + iter));
+      const int64_t bound = i < c.int_bounds.size() ? c.int_bounds[i] : 0;
+      globals.push_back(bound > 0 ? testing::IntsFor(DType::kI64, c.shapes[i], static_cast<int>(i) + iter, bound)
+                                  : GlobalFor(dtype, c.shapes[i], static_cast<int>(i) + iter));
       layouts.push_back(g.RandomLayout(c.shapes[i], mesh));
     }
     std::vector<const Tensor*> gp;

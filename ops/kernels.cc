@@ -4,7 +4,9 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <cstring>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "ops/shape_util.h"
@@ -32,6 +34,19 @@ Status CheckFloat(std::string_view op, DType t) {
   if (t == DType::kF32 || t == DType::kF64 || t == DType::kBF16) return Status::Ok();
   return UnimplementedError(std::string(op) + ": dtype " + std::string(DTypeName(t)) +
                             " not supported (f32, f64, bf16 only)");
+}
+
+bool IsInt(DType t) { return t == DType::kI32 || t == DType::kI64; }
+
+// Two's-complement negation (no UB on the minimum value).
+template <typename T>
+Tensor NegInt(const Tensor& x) {
+  using U = std::make_unsigned_t<T>;
+  Tensor y = Tensor::Zeros(DTypeOf<T>::value, x.shape());
+  const auto px = x.data<T>();
+  auto py = y.data<T>();
+  for (size_t i = 0; i < px.size(); ++i) py[i] = static_cast<T>(U(0) - static_cast<U>(px[i]));
+  return y;
 }
 
 Status CheckSameDType(std::string_view op, const Tensor& a, const Tensor& b) {
@@ -113,6 +128,17 @@ Tensor MatmulT(const Tensor& a, const Tensor& b, const std::vector<int64_t>& bat
 
 template <typename T>
 T ApplyBinary(BinaryOp op, T x, T y) {
+  if constexpr (std::is_integral_v<T>) {  // wrapping arithmetic (no signed-overflow UB); no div
+    using U = std::make_unsigned_t<T>;
+    const U a = static_cast<U>(x), b = static_cast<U>(y);
+    switch (op) {
+      case BinaryOp::kAdd: return static_cast<T>(a + b);
+      case BinaryOp::kSub: return static_cast<T>(a - b);
+      case BinaryOp::kMul: return static_cast<T>(static_cast<U>(a * b));
+      case BinaryOp::kDiv: return x;
+    }
+    return x;
+  }
   switch (op) {
     case BinaryOp::kAdd: return x + y;
     case BinaryOp::kSub: return x - y;
@@ -158,6 +184,8 @@ Tensor UnaryT(UnaryOp op, const Tensor& x, double alpha) {
 
 template <typename T>
 Tensor ReduceT(ReduceKind kind, const Tensor& x, const std::vector<int>& dims, bool keepdim, int64_t mean_count) {
+  // Integers accumulate exactly in int64 (identities: the type's limits); floats in double.
+  using Acc = std::conditional_t<std::is_integral_v<T>, int64_t, double>;
   const int rank = x.rank();
   std::vector<bool> reduced(static_cast<size_t>(rank), false);
   for (int d : dims) reduced[d] = true;
@@ -176,28 +204,40 @@ Tensor ReduceT(ReduceKind kind, const Tensor& x, const std::vector<int>& dims, b
     }
   }
   const int64_t n_out = stride;
-  const double init = kind == ReduceKind::kMax   ? -std::numeric_limits<double>::infinity()
-                      : kind == ReduceKind::kMin ? std::numeric_limits<double>::infinity()
-                                                 : 0.0;
-  std::vector<double> acc(static_cast<size_t>(n_out), init);
+  Acc lo, hi;
+  if constexpr (std::is_integral_v<T>) {
+    lo = static_cast<Acc>(std::numeric_limits<T>::lowest());
+    hi = static_cast<Acc>(std::numeric_limits<T>::max());
+  } else {
+    lo = -std::numeric_limits<double>::infinity();
+    hi = std::numeric_limits<double>::infinity();
+  }
+  const Acc init = kind == ReduceKind::kMax ? lo : kind == ReduceKind::kMin ? hi : Acc(0);
+  std::vector<Acc> acc(static_cast<size_t>(n_out), init);
   const auto px = x.data<T>();
   const std::vector<int64_t> zeros(static_cast<size_t>(rank), 0);
   ForEachBroadcast(x.shape(), ost, zeros, [&](int64_t i, int64_t o, int64_t) {
-    const double v = static_cast<double>(px[i]);
-    double& a = acc[o];
+    const Acc v = static_cast<Acc>(px[i]);
+    Acc& a = acc[o];
     if (kind == ReduceKind::kMax) {
       a = std::max(a, v);
     } else if (kind == ReduceKind::kMin) {
       a = std::min(a, v);
     } else {
-      a += v;
+      if constexpr (std::is_integral_v<T>) {
+        a = static_cast<Acc>(static_cast<uint64_t>(a) + static_cast<uint64_t>(v));  // wraps, no UB
+      } else {
+        a += v;
+      }
     }
   });
-  if (kind == ReduceKind::kMean) {
-    int64_t count = 1;
-    for (int d : dims) count *= x.shape()[d];
-    const double div = static_cast<double>(mean_count >= 0 ? mean_count : count);
-    for (double& a : acc) a /= div;
+  if constexpr (!std::is_integral_v<T>) {
+    if (kind == ReduceKind::kMean) {
+      int64_t count = 1;
+      for (int d : dims) count *= x.shape()[d];
+      const double div = static_cast<double>(mean_count >= 0 ? mean_count : count);
+      for (double& a : acc) a /= div;
+    }
   }
   Tensor y = Tensor::Zeros(DTypeOf<T>::value, out_shape);
   auto py = y.data<T>();
@@ -236,9 +276,20 @@ Tensor SoftmaxT(const Tensor& x, int d, bool log) {
 
 StatusOr<Tensor> MatmulKernel(const Tensor& a, const Tensor& b) {
   MF_RETURN_IF_ERROR(CheckSameDType("matmul", a, b));
-  if (a.rank() < 2 || b.rank() < 2) {
-    return InvalidArgumentError("matmul: operands need rank >= 2, got shapes " + ShapeString(a.shape()) + " and " +
+  if (a.rank() < 1 || b.rank() < 1) {
+    return InvalidArgumentError("matmul: operands need rank >= 1, got shapes " + ShapeString(a.shape()) + " and " +
                                 ShapeString(b.shape()));
+  }
+  if (a.rank() == 1 || b.rank() == 1) {  // numpy: [k] is a row (a) / column (b), then dropped
+    MF_ASSIGN_OR_RETURN(Tensor a2, a.rank() == 1 ? ReshapeKernel(a, std::vector<int64_t>{1, a.shape()[0]})
+                                                 : StatusOr<Tensor>(a));
+    MF_ASSIGN_OR_RETURN(Tensor b2, b.rank() == 1 ? ReshapeKernel(b, std::vector<int64_t>{b.shape()[0], 1})
+                                                 : StatusOr<Tensor>(b));
+    MF_ASSIGN_OR_RETURN(Tensor c, MatmulKernel(a2, b2));
+    std::vector<int64_t> shape = c.shape();
+    if (b.rank() == 1) shape.pop_back();
+    if (a.rank() == 1) shape.erase(shape.end() - (b.rank() == 1 ? 1 : 2));
+    return ReshapeKernel(c, shape);
   }
   if (a.shape()[a.rank() - 1] != b.shape()[b.rank() - 2]) {
     return InvalidArgumentError("matmul: contracting sizes differ: a " + ShapeString(a.shape()) + ", b " +
@@ -256,6 +307,11 @@ StatusOr<Tensor> MatmulKernel(const Tensor& a, const Tensor& b) {
 }
 
 StatusOr<Tensor> BinaryKernel(BinaryOp op, const Tensor& a, const Tensor& b) {
+  if (op != BinaryOp::kDiv && IsInt(a.dtype()) && a.dtype() == b.dtype()) {
+    MF_ASSIGN_OR_RETURN(std::vector<int64_t> out, BroadcastShapes(BinaryOpName(op), a.shape(), b.shape()));
+    if (a.dtype() == DType::kI32) return BinaryT<int32_t>(op, a, b, out);
+    return BinaryT<int64_t>(op, a, b, out);
+  }
   MF_RETURN_IF_ERROR(CheckSameDType(BinaryOpName(op), a, b));
   MF_ASSIGN_OR_RETURN(std::vector<int64_t> out, BroadcastShapes(BinaryOpName(op), a.shape(), b.shape()));
   switch (a.dtype()) {
@@ -266,6 +322,8 @@ StatusOr<Tensor> BinaryKernel(BinaryOp op, const Tensor& a, const Tensor& b) {
 }
 
 StatusOr<Tensor> UnaryKernel(UnaryOp op, const Tensor& x, double alpha) {
+  if (op == UnaryOp::kNeg && x.dtype() == DType::kI32) return NegInt<int32_t>(x);
+  if (op == UnaryOp::kNeg && x.dtype() == DType::kI64) return NegInt<int64_t>(x);
   MF_RETURN_IF_ERROR(CheckFloat(UnaryOpName(op), x.dtype()));
   switch (x.dtype()) {
     case DType::kF32: return UnaryT<float>(op, x, alpha);
@@ -276,8 +334,10 @@ StatusOr<Tensor> UnaryKernel(UnaryOp op, const Tensor& x, double alpha) {
 
 StatusOr<Tensor> ReduceKernel(ReduceKind kind, const Tensor& x, std::span<const int> dims, bool keepdim,
                               int64_t mean_count) {
-  MF_RETURN_IF_ERROR(CheckFloat(ReduceKindName(kind), x.dtype()));
   MF_ASSIGN_OR_RETURN(std::vector<int> rd, NormalizeReduceDims(x.shape(), dims));
+  if (kind != ReduceKind::kMean && x.dtype() == DType::kI32) return ReduceT<int32_t>(kind, x, rd, keepdim, -1);
+  if (kind != ReduceKind::kMean && x.dtype() == DType::kI64) return ReduceT<int64_t>(kind, x, rd, keepdim, -1);
+  MF_RETURN_IF_ERROR(CheckFloat(ReduceKindName(kind), x.dtype()));
   switch (x.dtype()) {
     case DType::kF32: return ReduceT<float>(kind, x, rd, keepdim, mean_count);
     case DType::kF64: return ReduceT<double>(kind, x, rd, keepdim, mean_count);
@@ -298,6 +358,321 @@ StatusOr<Tensor> SoftmaxKernel(const Tensor& x, int dim, bool log) {
     case DType::kF64: return SoftmaxT<double>(x, d, log);
     default: return ToBF16(SoftmaxT<float>(ToF32(x), d, log));
   }
+}
+
+// ---- Data movement ----
+
+namespace {
+
+// dst[i] = src[offset of output index i] for every output index (row-major), where the source
+// offset is the dot product of the index with `src_strides` (in elements of S bytes). Elements
+// move by fixed-size memcpy (one load / store, no aliasing questions); runs of a unit-stride
+// innermost dim are one memcpy.
+template <size_t S>
+void GatherT(const std::byte* src, std::byte* dst, std::span<const int64_t> out_shape,
+             const std::vector<int64_t>& src_strides) {
+  int64_t total = 1;
+  for (int64_t d : out_shape) total *= d;
+  if (total == 0) return;
+  const size_t rank = out_shape.size();
+  if (rank == 0) {
+    std::memcpy(dst, src, S);
+    return;
+  }
+  const int64_t inner = out_shape[rank - 1], inner_stride = src_strides[rank - 1];
+  std::vector<int64_t> idx(rank, 0);
+  int64_t off = 0;
+  for (int64_t i = 0; i < total; i += inner) {
+    if (inner_stride == 1) {
+      std::memcpy(dst + i * S, src + off * S, static_cast<size_t>(inner) * S);
+    } else {
+      for (int64_t j = 0; j < inner; ++j) std::memcpy(dst + (i + j) * S, src + (off + j * inner_stride) * S, S);
+    }
+    for (size_t d = rank - 1; d-- > 0;) {  // advance the outer index
+      off += src_strides[d];
+      if (++idx[d] < out_shape[d]) break;
+      off -= src_strides[d] * out_shape[d];
+      idx[d] = 0;
+    }
+  }
+}
+
+void Gather(const std::byte* src, std::byte* dst, int64_t size, std::span<const int64_t> out_shape,
+            const std::vector<int64_t>& src_strides) {
+  switch (size) {
+    case 2: GatherT<2>(src, dst, out_shape, src_strides); break;
+    case 4: GatherT<4>(src, dst, out_shape, src_strides); break;
+    default: GatherT<8>(src, dst, out_shape, src_strides);
+  }
+}
+
+std::vector<int64_t> RowMajorStrides(std::span<const int64_t> shape) {
+  std::vector<int64_t> st(shape.size(), 1);
+  for (size_t d = shape.size(); d-- > 1;) st[d - 1] = st[d] * shape[d];
+  return st;
+}
+
+}  // namespace
+
+StatusOr<Tensor> PermuteKernel(const Tensor& x, std::span<const int> perm) {
+  // Validated inline (not through PermuteRule: no factor-name strings on the eager hot path).
+  const int rank = x.rank();
+  std::vector<bool> seen(static_cast<size_t>(rank), false);
+  bool ok = static_cast<int>(perm.size()) == rank;
+  for (size_t i = 0; ok && i < perm.size(); ++i) {
+    const int d = perm[i] < 0 ? perm[i] + rank : perm[i];
+    ok = d >= 0 && d < rank && !seen[d];
+    if (ok) seen[d] = true;
+  }
+  if (!ok) return PermuteRule(x.shape(), perm).status();  // the rule's error message
+  const std::vector<int64_t> in_strides = RowMajorStrides(x.shape());
+  std::vector<int64_t> src_strides, out_shape;
+  for (int p : perm) {
+    const int d = p < 0 ? p + rank : p;
+    src_strides.push_back(in_strides[d]);
+    out_shape.push_back(x.shape()[d]);
+  }
+  Tensor y = Tensor::Zeros(x.dtype(), out_shape);
+  Gather(x.raw(), y.raw(), DTypeSize(x.dtype()), out_shape, src_strides);
+  return y;
+}
+
+StatusOr<Tensor> ReshapeKernel(const Tensor& x, std::span<const int64_t> shape) {
+  MF_ASSIGN_OR_RETURN(std::vector<int64_t> out, ResolveReshape(x.shape(), shape));
+  Tensor y = Tensor::Zeros(x.dtype(), std::move(out));
+  if (x.NumBytes() > 0) std::memcpy(y.raw(), x.raw(), static_cast<size_t>(x.NumBytes()));
+  return y;
+}
+
+StatusOr<Tensor> ConcatKernel(std::span<const Tensor* const> xs, int dim) {
+  if (xs.empty()) return InvalidArgumentError("concat: no operands");
+  const int rank = xs[0]->rank();
+  const int d = dim < 0 ? dim + rank : dim;
+  bool ok = rank > 0 && d >= 0 && d < rank;
+  std::vector<int64_t> out_shape = xs[0]->shape();
+  if (ok) out_shape[d] = 0;
+  for (size_t i = 0; ok && i < xs.size(); ++i) {
+    ok = xs[i]->rank() == rank;
+    for (int j = 0; ok && j < rank; ++j) ok = j == d || xs[i]->shape()[j] == out_shape[j];
+    if (ok) out_shape[d] += xs[i]->shape()[d];
+  }
+  if (!ok) {  // the rule's error message
+    std::vector<const std::vector<int64_t>*> shapes;
+    for (const Tensor* x : xs) shapes.push_back(&x->shape());
+    return ConcatRule(shapes, dim).status();
+  }
+  for (size_t i = 1; i < xs.size(); ++i) {
+    if (xs[i]->dtype() != xs[0]->dtype()) {
+      return InvalidArgumentError("concat: dtypes differ: " + std::string(DTypeName(xs[0]->dtype())) + " vs " +
+                                  std::string(DTypeName(xs[i]->dtype())) + " (operand " + std::to_string(i) + ")");
+    }
+  }
+  Tensor y = Tensor::Zeros(xs[0]->dtype(), out_shape);
+  std::vector<int64_t> offset(out_shape.size(), 0);
+  for (const Tensor* x : xs) {
+    if (x->NumElements() > 0) y.Insert(offset, *x);
+    offset[d] += x->shape()[d];
+  }
+  return y;
+}
+
+StatusOr<Tensor> SliceKernel(const Tensor& x, int dim, int64_t start, int64_t end, int64_t step) {
+  MF_ASSIGN_OR_RETURN(SliceRange s, NormalizeSlice(x.shape(), dim, start, end, step));
+  std::vector<int64_t> out_shape = x.shape();
+  out_shape[s.dim] = s.size;
+  std::vector<int64_t> src_strides = RowMajorStrides(x.shape());
+  const int64_t base = s.start * src_strides[s.dim];
+  src_strides[s.dim] *= s.step;
+  Tensor y = Tensor::Zeros(x.dtype(), out_shape);
+  const int64_t size = DTypeSize(x.dtype());
+  Gather(x.raw() + base * size, y.raw(), size, out_shape, src_strides);
+  return y;
+}
+
+// ---- Normalization, embedding, loss ----
+
+namespace {
+
+template <typename T>
+Tensor NormT(NormKind kind, const Tensor& x, int64_t inner, const Tensor* w, const Tensor* b, double eps) {
+  Tensor y = Tensor::Zeros(DTypeOf<T>::value, x.shape());
+  const auto px = x.data<T>();
+  auto py = y.data<T>();
+  const int64_t outer = inner == 0 ? 0 : x.NumElements() / inner;
+  for (int64_t o = 0; o < outer; ++o) {
+    const T* row = px.data() + o * inner;
+    double mean = 0, sq = 0;
+    if (kind == NormKind::kLayerNorm) {
+      for (int64_t j = 0; j < inner; ++j) mean += static_cast<double>(row[j]);
+      mean /= static_cast<double>(inner);
+    }
+    for (int64_t j = 0; j < inner; ++j) {
+      const double c = static_cast<double>(row[j]) - mean;
+      sq += c * c;
+    }
+    const double inv = 1.0 / std::sqrt(sq / static_cast<double>(inner) + eps);
+    for (int64_t j = 0; j < inner; ++j) {
+      double v = (static_cast<double>(row[j]) - mean) * inv;
+      if (w != nullptr) v *= static_cast<double>(w->data<T>()[j]);
+      if (b != nullptr) v += static_cast<double>(b->data<T>()[j]);
+      py[o * inner + j] = static_cast<T>(v);
+    }
+  }
+  return y;
+}
+
+template <typename T, typename I>
+Tensor CrossEntropyT(const Tensor& logits, const Tensor& targets, LossReduction reduction, int64_t mean_count,
+                     const VocabShard* vocab, Status& error) {
+  const int64_t c = logits.shape().back();
+  const int64_t rows = targets.NumElements();
+  const int64_t offset = vocab ? vocab->class_offset : 0, classes = vocab ? vocab->num_classes : c;
+  const auto pl = logits.data<T>();
+  const auto pt = targets.data<I>();
+  std::vector<double> mx(static_cast<size_t>(rows), -std::numeric_limits<double>::infinity());
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t t = static_cast<int64_t>(pt[r]);
+    if (t < 0 || t >= classes) {
+      error = InvalidArgumentError("cross_entropy: target " + std::to_string(t) + " at row " + std::to_string(r) +
+                                   " outside [0, " + std::to_string(classes) + ")");
+      return Tensor();
+    }
+    for (int64_t j = 0; j < c; ++j) mx[r] = std::max(mx[r], static_cast<double>(pl[r * c + j]));
+  }
+  if (vocab && rows > 0) {
+    error = vocab->all_reduce(mx, ReduceOp::kMax);
+    if (!error.ok()) return Tensor();
+  }
+  std::vector<double> sum(static_cast<size_t>(rows), 0.0);
+  for (int64_t r = 0; r < rows; ++r) {
+    if (!std::isfinite(mx[r])) mx[r] = 0;
+    for (int64_t j = 0; j < c; ++j) sum[r] += std::exp(static_cast<double>(pl[r * c + j]) - mx[r]);
+  }
+  if (vocab && rows > 0) {
+    error = vocab->all_reduce(sum, ReduceOp::kSum);
+    if (!error.ok()) return Tensor();
+  }
+  std::vector<double> loss(static_cast<size_t>(rows));
+  const bool owner = vocab == nullptr || vocab->owner;
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t t = static_cast<int64_t>(pt[r]) - offset;
+    const double target_logit = t >= 0 && t < c ? static_cast<double>(pl[r * c + t]) : 0.0;
+    loss[r] = (owner ? mx[r] + std::log(sum[r]) : 0.0) - target_logit;
+  }
+  if (reduction == LossReduction::kNone) {
+    Tensor y = Tensor::Zeros(DTypeOf<T>::value, targets.shape());
+    auto py = y.data<T>();
+    for (int64_t r = 0; r < rows; ++r) py[r] = static_cast<T>(loss[r]);
+    return y;
+  }
+  double total = 0;
+  for (double v : loss) total += v;
+  if (reduction == LossReduction::kMean) total /= static_cast<double>(mean_count >= 0 ? mean_count : rows);
+  Tensor y = Tensor::Zeros(DTypeOf<T>::value, {});
+  y.data<T>()[0] = static_cast<T>(total);
+  return y;
+}
+
+StatusOr<Tensor> CrossEntropyImpl(const Tensor& logits, const Tensor& targets, LossReduction reduction,
+                                  int64_t mean_count, const VocabShard* vocab) {
+  MF_RETURN_IF_ERROR(CheckFloat("cross_entropy", logits.dtype()));
+  if (!IsInt(targets.dtype())) {
+    return InvalidArgumentError("cross_entropy: targets dtype " + std::string(DTypeName(targets.dtype())) +
+                                " must be i32 or i64");
+  }
+  if (logits.rank() == 0 || !std::equal(targets.shape().begin(), targets.shape().end(), logits.shape().begin(),
+                                        logits.shape().end() - 1)) {
+    return CrossEntropyRule(logits.shape(), targets.shape(), reduction).status();
+  }
+  Status error;
+  Tensor y;
+  const bool i32 = targets.dtype() == DType::kI32;
+  switch (logits.dtype()) {
+    case DType::kF32:
+      y = i32 ? CrossEntropyT<float, int32_t>(logits, targets, reduction, mean_count, vocab, error)
+              : CrossEntropyT<float, int64_t>(logits, targets, reduction, mean_count, vocab, error);
+      break;
+    case DType::kF64:
+      y = i32 ? CrossEntropyT<double, int32_t>(logits, targets, reduction, mean_count, vocab, error)
+              : CrossEntropyT<double, int64_t>(logits, targets, reduction, mean_count, vocab, error);
+      break;
+    default: {
+      const Tensor f = ToF32(logits);
+      y = i32 ? CrossEntropyT<float, int32_t>(f, targets, reduction, mean_count, vocab, error)
+              : CrossEntropyT<float, int64_t>(f, targets, reduction, mean_count, vocab, error);
+      if (error.ok()) y = ToBF16(y);
+    }
+  }
+  MF_RETURN_IF_ERROR(error);
+  return y;
+}
+
+}  // namespace
+
+StatusOr<Tensor> NormKernel(NormKind kind, const Tensor& x, int normalized_ndim, const Tensor* weight,
+                            const Tensor* bias, double eps) {
+  const std::string_view name = NormKindName(kind);
+  MF_RETURN_IF_ERROR(CheckFloat(name, x.dtype()));
+  for (const Tensor* t : {weight, bias}) {
+    if (t != nullptr) MF_RETURN_IF_ERROR(CheckSameDType(name, x, *t));
+  }
+  bool ok = normalized_ndim >= 1 && normalized_ndim <= x.rank();
+  for (const Tensor* t : {weight, bias}) {
+    ok = ok && (t == nullptr || std::equal(t->shape().begin(), t->shape().end(),
+                                           x.shape().end() - normalized_ndim, x.shape().end()));
+  }
+  if (!ok) {  // the rule's error message
+    return NormRule(kind, x.shape(), normalized_ndim, weight ? &weight->shape() : nullptr,
+                    bias ? &bias->shape() : nullptr)
+        .status();
+  }
+  int64_t inner = 1;
+  for (int d = x.rank() - normalized_ndim; d < x.rank(); ++d) inner *= x.shape()[d];
+  switch (x.dtype()) {
+    case DType::kF32: return NormT<float>(kind, x, inner, weight, bias, eps);
+    case DType::kF64: return NormT<double>(kind, x, inner, weight, bias, eps);
+    default: {
+      const Tensor w = weight ? ToF32(*weight) : Tensor(), b = bias ? ToF32(*bias) : Tensor();
+      return ToBF16(NormT<float>(kind, ToF32(x), inner, weight ? &w : nullptr, bias ? &b : nullptr, eps));
+    }
+  }
+}
+
+StatusOr<Tensor> EmbeddingKernel(const Tensor& table, const Tensor& ids, int64_t row_offset, int64_t global_rows) {
+  if (table.rank() != 2) return EmbeddingRule(table.shape(), ids.shape()).status();
+  if (!IsInt(ids.dtype())) {
+    return InvalidArgumentError("embedding: ids dtype " + std::string(DTypeName(ids.dtype())) +
+                                " must be i32 or i64");
+  }
+  const int64_t rows = table.shape()[0], d = table.shape()[1];
+  const int64_t v = global_rows >= 0 ? global_rows : rows;
+  std::vector<int64_t> out_shape = ids.shape();
+  out_shape.push_back(d);
+  Tensor y = Tensor::Zeros(table.dtype(), out_shape);
+  const int64_t row_bytes = d * DTypeSize(table.dtype());
+  for (int64_t i = 0; i < ids.NumElements(); ++i) {
+    const int64_t id = ids.dtype() == DType::kI32 ? ids.data<int32_t>()[i] : ids.data<int64_t>()[i];
+    if (id < 0 || id >= v) {
+      return InvalidArgumentError("embedding: id " + std::to_string(id) + " at " + std::to_string(i) +
+                                  " outside [0, " + std::to_string(v) + ")");
+    }
+    const int64_t local = id - row_offset;
+    if (local >= 0 && local < rows && row_bytes > 0) {
+      std::memcpy(y.raw() + i * row_bytes, table.raw() + local * row_bytes, static_cast<size_t>(row_bytes));
+    }
+  }
+  return y;
+}
+
+StatusOr<Tensor> CrossEntropyKernel(const Tensor& logits, const Tensor& targets, LossReduction reduction,
+                                    int64_t mean_count) {
+  return CrossEntropyImpl(logits, targets, reduction, mean_count, nullptr);
+}
+
+StatusOr<Tensor> CrossEntropyKernel(const Tensor& logits, const Tensor& targets, LossReduction reduction,
+                                    int64_t mean_count, const VocabShard& vocab) {
+  if (!vocab.all_reduce) return InvalidArgumentError("cross_entropy: vocab shard without all_reduce");
+  return CrossEntropyImpl(logits, targets, reduction, mean_count, &vocab);
 }
 
 }  // namespace meshflow::ops

@@ -2,7 +2,10 @@
 // the global tensors as the single-rank reference).
 //
 // Supported dtypes: f32, f64 and bf16 (bf16 converts to float, computes, rounds back to nearest
-// even). Integer dtypes give UNIMPLEMENTED. Shapes may be empty (zero-size dims) everywhere.
+// even). Integers (i32, i64): add/sub/mul, neg, sum/max/min (exact, int64 accumulation, wrapping
+// like the C++ type on overflow), every data-movement kernel (permute, reshape, concat, slice),
+// embedding tables, and the ids / targets operands; elsewhere UNIMPLEMENTED. Shapes may be empty
+// (zero-size dims) everywhere.
 //
 //   MF_ASSIGN_OR_RETURN(Tensor c, ops::MatmulKernel(a, b));          // [..., m, k] x [..., k, n]
 //   MF_ASSIGN_OR_RETURN(Tensor y, ops::BinaryKernel(ops::BinaryOp::kAdd, x, bias));  // broadcast
@@ -15,7 +18,9 @@
 #define MESHFLOW_OPS_KERNELS_H_
 
 #include <cstdint>
+#include <functional>
 #include <span>
+#include <vector>
 
 #include "base/status.h"
 #include "dtensor/tensor.h"
@@ -43,6 +48,55 @@ StatusOr<Tensor> ReduceKernel(ReduceKind kind, const Tensor& x, std::span<const 
 
 // Numerically stable softmax (or log-softmax) along `dim` (negative counts from the end).
 StatusOr<Tensor> SoftmaxKernel(const Tensor& x, int dim, bool log);
+
+// Result dim i is x's dim perm[i] (negative entries count from the end). Any dtype. Errors: perm
+// not a permutation of x's dims.
+StatusOr<Tensor> PermuteKernel(const Tensor& x, std::span<const int> perm);
+
+// The same elements (row-major order) with another shape (one -1 inferred). Any dtype. Errors:
+// see ResolveReshape.
+StatusOr<Tensor> ReshapeKernel(const Tensor& x, std::span<const int64_t> shape);
+
+// Layer norm ((x - mean) / sqrt(var + eps), biased variance) or RMS norm (x / sqrt(mean(x^2) +
+// eps)) over the trailing `normalized_ndim` dims, then * weight + bias (each optional, nullptr:
+// none). Statistics in double. Errors: dtypes (float; weight / bias the same), shapes.
+StatusOr<Tensor> NormKernel(NormKind kind, const Tensor& x, int normalized_ndim, const Tensor* weight,
+                            const Tensor* bias, double eps);
+
+// out[..., :] = table[ids[...] - row_offset, :] when that row is local, else zeros (the rows of a
+// row-sharded table; the sum over shards is the lookup). `global_rows` (V; -1: the local row
+// count) bounds the ids. Errors: table rank != 2, ids not i32/i64, an id outside [0, V).
+StatusOr<Tensor> EmbeddingKernel(const Tensor& table, const Tensor& ids, int64_t row_offset = 0,
+                                 int64_t global_rows = -1);
+
+// Concatenation along `dim` (negative counts from the end). Any dtype (all the same). Errors:
+// no operands, dtypes, ranks or sizes outside `dim` that differ, dim out of range.
+StatusOr<Tensor> ConcatKernel(std::span<const Tensor* const> xs, int dim);
+
+// x[..., start:end:step, ...] along `dim` (python semantics, see NormalizeSlice). Any dtype.
+StatusOr<Tensor> SliceKernel(const Tensor& x, int dim, int64_t start, int64_t end, int64_t step);
+
+// Cross-entropy of logits [..., C] against targets [...] (i32/i64 in [0, C)): per row
+// logsumexp(logits) - logits[target] (stable, double). kNone: [...]; kSum: [] sum; kMean: [] sum
+// divided by `mean_count` when >= 0 (the global row count on sharded rows), else the local row
+// count. Errors: dtypes, shapes, a target out of range.
+StatusOr<Tensor> CrossEntropyKernel(const Tensor& logits, const Tensor& targets, LossReduction reduction,
+                                    int64_t mean_count = -1);
+
+// Vocab-parallel cross-entropy: the local logits hold classes [class_offset, class_offset + C_l)
+// of `num_classes`. `all_reduce` reduces a per-row vector in place over the ranks holding the same
+// rows and the other classes (first kMax, then kSum); every such rank must call it the same
+// number of times. The result is this rank's term of a Partial(sum): the owner (the rank holding
+// class 0) contributes logsumexp, every rank minus its local target logit (0 when the target is
+// elsewhere). Errors: as CrossEntropyKernel (targets outside [0, num_classes)), all_reduce's.
+struct VocabShard {
+  int64_t class_offset = 0;
+  int64_t num_classes = 0;
+  bool owner = true;
+  std::function<Status(std::vector<double>& rows, ReduceOp op)> all_reduce;
+};
+StatusOr<Tensor> CrossEntropyKernel(const Tensor& logits, const Tensor& targets, LossReduction reduction,
+                                    int64_t mean_count, const VocabShard& vocab);
 
 }  // namespace meshflow::ops
 

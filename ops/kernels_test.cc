@@ -137,5 +137,137 @@ TEST(SoftmaxKernel, StableAndLog) {
   EXPECT_EQ(*SoftmaxKernel(h, 0, false), *Tensor::FromVector<BFloat16>({2}, {BFloat16(0.5f), BFloat16(0.5f)}));
 }
 
+// ---- Data movement, norms, embedding, loss, integers, rank-1 matmul ----
+
+TEST(PermuteKernel, Values) {
+  Tensor x = Tensor::Iota(DType::kF32, {2, 3});
+  EXPECT_EQ(*PermuteKernel(x, std::vector<int>{1, 0}), *Tensor::FromVector<float>({3, 2}, {0, 3, 1, 4, 2, 5}));
+  Tensor y = Tensor::Iota(DType::kI64, {2, 3, 4});
+  Tensor p = *PermuteKernel(y, std::vector<int>{2, 0, 1});
+  ASSERT_EQ(p.shape(), (std::vector<int64_t>{4, 2, 3}));
+  for (int64_t i = 0; i < 2; ++i) {
+    for (int64_t j = 0; j < 3; ++j) {
+      for (int64_t k = 0; k < 4; ++k) {
+        const int64_t pi[3] = {k, i, j}, yi[3] = {i, j, k};
+        EXPECT_EQ(p.At<int64_t>(pi), y.At<int64_t>(yi));
+      }
+    }
+  }
+  EXPECT_EQ(PermuteKernel(Tensor::Zeros(DType::kBF16, {0, 3}), std::vector<int>{1, 0})->shape(),
+            (std::vector<int64_t>{3, 0}));
+  EXPECT_FALSE(PermuteKernel(x, std::vector<int>{0, 0}).ok());
+}
+
+TEST(ReshapeKernel, InferAndErrors) {
+  Tensor x = Tensor::Iota(DType::kF64, {2, 6});
+  Tensor y = *ReshapeKernel(x, std::vector<int64_t>{3, -1});
+  EXPECT_EQ(y, *Tensor::FromVector<double>({3, 4}, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}));
+  EXPECT_EQ(ReshapeKernel(x, std::vector<int64_t>{5, -1}).status().message(),
+            "reshape: cannot infer the -1 of [5,-1] for shape [2,6] (12 elements)");
+  EXPECT_EQ(ReshapeKernel(Tensor::Zeros(DType::kI32, {0, 4}), std::vector<int64_t>{2, 0, 3})->shape(),
+            (std::vector<int64_t>{2, 0, 3}));
+}
+
+TEST(ConcatKernel, Values) {
+  Tensor a = *Tensor::FromVector<int32_t>({2, 1}, {1, 2});
+  Tensor b = *Tensor::FromVector<int32_t>({2, 2}, {3, 4, 5, 6});
+  Tensor e = Tensor::Zeros(DType::kI32, {2, 0});
+  const Tensor* xs[3] = {&a, &e, &b};
+  EXPECT_EQ(*ConcatKernel(xs, -1), *Tensor::FromVector<int32_t>({2, 3}, {1, 3, 4, 2, 5, 6}));
+  Tensor f = Tensor::Zeros(DType::kF32, {2, 1});
+  const Tensor* mixed[2] = {&a, &f};
+  EXPECT_EQ(ConcatKernel(mixed, 1).status().message(), "concat: dtypes differ: i32 vs f32 (operand 1)");
+}
+
+TEST(SliceKernel, Values) {
+  Tensor x = Tensor::Iota(DType::kF32, {3, 5});
+  EXPECT_EQ(*SliceKernel(x, 1, -4, 100, 2), *Tensor::FromVector<float>({3, 2}, {1, 3, 6, 8, 11, 13}));
+  EXPECT_EQ(*SliceKernel(x, 0, 2, 3, 1), *Tensor::FromVector<float>({1, 5}, {10, 11, 12, 13, 14}));
+  EXPECT_EQ(SliceKernel(x, 0, 3, 1, 1)->shape(), (std::vector<int64_t>{0, 5}));
+}
+
+TEST(NormKernel, LayerAndRms) {
+  Tensor x = *Tensor::FromVector<double>({2, 2}, {1, 3, -2, 2});
+  Tensor w = *Tensor::FromVector<double>({2}, {2, 1});
+  Tensor b = *Tensor::FromVector<double>({2}, {0, 10});
+  // Row [1,3]: mean 2, var 1 -> [-1, 1]/sqrt(1+eps); row [-2,2]: mean 0, var 4 -> [-1, 1]/sqrt(1+eps/4).
+  const double e = 1e-5, r0 = 1 / std::sqrt(1 + e), r1 = 2 / std::sqrt(4 + e);
+  EXPECT_EQ(Compare(*NormKernel(NormKind::kLayerNorm, x, 1, &w, &b, e),
+                    *Tensor::FromVector<double>({2, 2}, {-2 * r0, 10 + r0, -2 * r1, 10 + r1})),
+            "");
+  // RMS: row [1,3]: rms sqrt(5); no weight.
+  const double s0 = std::sqrt(5 + e), s1 = std::sqrt(4 + e);
+  EXPECT_EQ(Compare(*NormKernel(NormKind::kRmsNorm, x, 1, nullptr, nullptr, e),
+                    *Tensor::FromVector<double>({2, 2}, {1 / s0, 3 / s0, -2 / s1, 2 / s1})),
+            "");
+  // Over both dims: mean 1, var (0+4+9+1)/4.
+  const double v = std::sqrt(3.5 + e);
+  EXPECT_EQ(Compare(*NormKernel(NormKind::kLayerNorm, x, 2, nullptr, nullptr, e),
+                    *Tensor::FromVector<double>({2, 2}, {0, 2 / v, -3 / v, 1 / v})),
+            "");
+  Tensor i = Tensor::Zeros(DType::kI32, {2, 2});
+  EXPECT_EQ(NormKernel(NormKind::kLayerNorm, i, 1, nullptr, nullptr, e).status().code(), StatusCode::kUnimplemented);
+}
+
+TEST(EmbeddingKernel, LookupAndRowOffset) {
+  Tensor table = Tensor::Iota(DType::kF32, {4, 2});  // row r = [2r, 2r+1]
+  Tensor ids = *Tensor::FromVector<int64_t>({3}, {3, 0, 3});
+  EXPECT_EQ(*EmbeddingKernel(table, ids), *Tensor::FromVector<float>({3, 2}, {6, 7, 0, 1, 6, 7}));
+  // Local rows 2..3 of a 6-row table: id 3 is local row 1, id 0 is elsewhere (zeros).
+  Tensor local = table.Slice(Box{{0, 0}, {2, 2}});
+  EXPECT_EQ(*EmbeddingKernel(local, ids, /*row_offset=*/2, /*global_rows=*/6),
+            *Tensor::FromVector<float>({3, 2}, {2, 3, 0, 0, 2, 3}));
+  Tensor bad = *Tensor::FromVector<int32_t>({1}, {4});
+  EXPECT_EQ(EmbeddingKernel(table, bad).status().message(), "embedding: id 4 at 0 outside [0, 4)");
+  EXPECT_EQ(EmbeddingKernel(table, table).status().message(), "embedding: ids dtype f32 must be i32 or i64");
+}
+
+TEST(CrossEntropyKernel, Reductions) {
+  Tensor logits = *Tensor::FromVector<double>({2, 2}, {0, 0, 1000, 0});
+  Tensor targets = *Tensor::FromVector<int32_t>({2}, {0, 1});
+  const double l0 = std::log(2.0), l1 = 1000;  // stable: logsumexp(1000, 0) - 0
+  EXPECT_EQ(Compare(*CrossEntropyKernel(logits, targets, LossReduction::kNone),
+                    *Tensor::FromVector<double>({2}, {l0, l1})),
+            "");
+  EXPECT_EQ(Compare(*CrossEntropyKernel(logits, targets, LossReduction::kSum),
+                    *Tensor::FromVector<double>({}, {l0 + l1})),
+            "");
+  EXPECT_EQ(Compare(*CrossEntropyKernel(logits, targets, LossReduction::kMean, /*mean_count=*/4),
+                    *Tensor::FromVector<double>({}, {(l0 + l1) / 4})),
+            "");
+  Tensor bad = *Tensor::FromVector<int64_t>({2}, {0, 2});
+  EXPECT_EQ(CrossEntropyKernel(logits, bad, LossReduction::kMean).status().message(),
+            "cross_entropy: target 2 at row 1 outside [0, 2)");
+}
+
+TEST(IntegerKernels, ExactAndWrapping) {
+  Tensor a = *Tensor::FromVector<int32_t>({2}, {INT32_MAX, -5});
+  Tensor one = *Tensor::FromVector<int32_t>({1}, {1});
+  EXPECT_EQ(*BinaryKernel(BinaryOp::kAdd, a, one), *Tensor::FromVector<int32_t>({2}, {INT32_MIN, -4}));
+  EXPECT_EQ(*UnaryKernel(UnaryOp::kNeg, a), *Tensor::FromVector<int32_t>({2}, {-INT32_MAX, 5}));
+  EXPECT_EQ(BinaryKernel(BinaryOp::kDiv, a, one).status().code(), StatusCode::kUnimplemented);
+  EXPECT_EQ(UnaryKernel(UnaryOp::kExp, a).status().code(), StatusCode::kUnimplemented);
+  // Sums of i64 above 2^53 stay exact (no double accumulation).
+  const int64_t big = (int64_t{1} << 53) + 1;
+  Tensor b = *Tensor::FromVector<int64_t>({2}, {big, 2});
+  EXPECT_EQ(*ReduceKernel(ReduceKind::kSum, b, {}, false), *Tensor::FromVector<int64_t>({}, {big + 2}));
+  // Max of an empty reduction is the type's lowest value (the Partial(max) identity).
+  EXPECT_EQ(*ReduceKernel(ReduceKind::kMax, Tensor::Zeros(DType::kI32, {0, 2}), std::vector<int>{0}, false),
+            *Tensor::FromVector<int32_t>({2}, {INT32_MIN, INT32_MIN}));
+  EXPECT_EQ(ReduceKernel(ReduceKind::kMean, b, {}, false).status().code(), StatusCode::kUnimplemented);
+}
+
+TEST(MatmulKernel, RankOne) {
+  Tensor v = *Tensor::FromVector<float>({3}, {1, 2, 3});
+  Tensor m = Tensor::Iota(DType::kF32, {3, 2});  // [[0,1],[2,3],[4,5]]
+  EXPECT_EQ(*MatmulKernel(v, v), *Tensor::FromVector<float>({}, {14}));
+  EXPECT_EQ(*MatmulKernel(v, m), *Tensor::FromVector<float>({2}, {16, 22}));
+  Tensor mt = Tensor::Iota(DType::kF32, {2, 3});  // [[0,1,2],[3,4,5]]
+  EXPECT_EQ(*MatmulKernel(mt, v), *Tensor::FromVector<float>({2}, {8, 26}));
+  Tensor bm = Tensor::Iota(DType::kF32, {2, 3, 2});
+  EXPECT_EQ(MatmulKernel(v, bm)->shape(), (std::vector<int64_t>{2, 2}));
+  EXPECT_EQ(MatmulKernel(Tensor(), v).status().message(), "matmul: operands need rank >= 1, got shapes [] and [3]");
+}
+
 }  // namespace
 }  // namespace meshflow::ops

@@ -124,17 +124,20 @@ std::vector<Strategy> EnumerateStrategies(const ShardingRule& rule, int mesh_ndi
 }
 
 StatusOr<ShardingRule> MatmulRule(std::span<const int64_t> a, std::span<const int64_t> b) {
-  if (a.size() < 2 || b.size() < 2) {
-    return InvalidArgumentError("matmul: operands need rank >= 2, got shapes " + ShapeString(a) + " and " +
+  if (a.empty() || b.empty()) {
+    return InvalidArgumentError("matmul: operands need rank >= 1, got shapes " + ShapeString(a) + " and " +
                                 ShapeString(b));
   }
-  const int64_t m = a[a.size() - 2], k = a[a.size() - 1], kb = b[b.size() - 2], n = b[b.size() - 1];
+  // Numpy: a rank-1 a is a row [1, k], a rank-1 b a column [k, 1]; that dim leaves the result.
+  const bool has_m = a.size() >= 2, has_n = b.size() >= 2;
+  const size_t a_batch = has_m ? a.size() - 2 : 0, b_batch = has_n ? b.size() - 2 : 0;
+  const int64_t m = has_m ? a[a.size() - 2] : 1, k = a[a.size() - 1], kb = b[b_batch], n = has_n ? b.back() : 1;
   if (k != kb) {
     return InvalidArgumentError("matmul: contracting sizes differ: a " + ShapeString(a) + " has k = " +
                                 std::to_string(k) + ", b " + ShapeString(b) + " has k = " + std::to_string(kb));
   }
   MF_ASSIGN_OR_RETURN(std::vector<int64_t> batch,
-                      BroadcastShapes("matmul batch dims", a.first(a.size() - 2), b.first(b.size() - 2)));
+                      BroadcastShapes("matmul batch dims", a.first(a_batch), b.first(b_batch)));
   ShardingRule r;
   r.op = "matmul";
   std::vector<int> batch_factors;
@@ -142,19 +145,30 @@ StatusOr<ShardingRule> MatmulRule(std::span<const int64_t> a, std::span<const in
     batch_factors.push_back(static_cast<int>(r.factors.size()));
     r.factors.push_back({"b" + std::to_string(i), batch[i], FactorKind::kPassThrough, ReduceOp::kSum});
   }
-  const int fm = static_cast<int>(r.factors.size());
-  r.factors.push_back({"m", m, FactorKind::kPassThrough, ReduceOp::kSum});
-  r.factors.push_back({"k", k, FactorKind::kContracting, ReduceOp::kSum});
-  r.factors.push_back({"n", n, FactorKind::kPassThrough, ReduceOp::kSum});
-  std::vector<int> da = AlignedDims(a.first(a.size() - 2), batch, batch_factors);
-  std::vector<int> db = AlignedDims(b.first(b.size() - 2), batch, batch_factors);
-  da.insert(da.end(), {fm, fm + 1});
-  db.insert(db.end(), {fm + 1, fm + 2});
-  r.operand_dims = {da, db};
+  auto add = [&r](std::string name, int64_t size, FactorKind kind) {
+    r.factors.push_back({std::move(name), size, kind, ReduceOp::kSum});
+    return static_cast<int>(r.factors.size()) - 1;
+  };
+  const int fm = has_m ? add("m", m, FactorKind::kPassThrough) : kNoFactor;
+  const int fk = add("k", k, FactorKind::kContracting);
+  const int fn = has_n ? add("n", n, FactorKind::kPassThrough) : kNoFactor;
+  std::vector<int> da = AlignedDims(a.first(a_batch), batch, batch_factors);
+  std::vector<int> db = AlignedDims(b.first(b_batch), batch, batch_factors);
   r.result_dims = batch_factors;
-  r.result_dims.insert(r.result_dims.end(), {fm, fm + 2});
   r.result_shape = batch;
-  r.result_shape.insert(r.result_shape.end(), {m, n});
+  if (has_m) {
+    da.push_back(fm);
+    r.result_dims.push_back(fm);
+    r.result_shape.push_back(m);
+  }
+  da.push_back(fk);
+  db.push_back(fk);
+  if (has_n) {
+    db.push_back(fn);
+    r.result_dims.push_back(fn);
+    r.result_shape.push_back(n);
+  }
+  r.operand_dims = {da, db};
   r.partial_rules = {PartialRule{{ReduceOp::kSum, std::nullopt}, ReduceOp::kSum},
                      PartialRule{{std::nullopt, ReduceOp::kSum}, ReduceOp::kSum}};
   return r;

@@ -23,6 +23,11 @@
 // {P(sum)} -> P(sum); max {P(max)} -> P(max); min {P(min)} -> P(min). Non-linear ops (exp, relu,
 // softmax) have none, so Partial inputs must be reduced first.
 //
+// Data movement (permute, reshape, concat, slice) and embedding pass every Partial op through
+// ({P(op),..} -> P(op) for sum, avg, max, min); their rules, the norms' and cross-entropy's live in
+// rules_shape.cc. Reshape and slice strategies that keep a Shard are exact only on some meshes:
+// EvaluateStrategy / CheckStrategyOnMesh (ops/eager.h) decide.
+//
 // Strategies (EnumerateStrategies): every assignment of each mesh dim to one of
 //   Replicate | one shardable factor (not kNeedReplication, size >= 1) | one partial rule;
 // for each, the operands' required placements and the result's placements follow mechanically.
@@ -44,6 +49,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "dtensor/box.h"
 #include "dtensor/placement.h"
 
 namespace meshflow::ops {
@@ -113,8 +119,9 @@ std::vector<Strategy> EnumerateStrategies(const ShardingRule& rule, int mesh_ndi
 // ---- Rules of the supported ops. Errors name the op, the shapes and the bad dims. ----
 
 // Batched matmul with numpy broadcasting of the batch dims: a [..., m, k] x b [..., k, n].
-// Covers matmul, bmm and linear (x [..., m, k] x w [k, n]). Errors: rank < 2, k mismatch,
-// batch dims that do not broadcast.
+// Covers matmul, bmm and linear (x [..., m, k] x w [k, n]). Numpy rank-1 semantics: a [k] is
+// [1, k] and b [k] is [k, 1] with that dim removed from the result (no m / n factor). Errors:
+// rank 0, k mismatch, batch dims that do not broadcast.
 StatusOr<ShardingRule> MatmulRule(std::span<const int64_t> a, std::span<const int64_t> b);
 
 enum class BinaryOp { kAdd, kSub, kMul, kDiv };
@@ -141,6 +148,97 @@ StatusOr<std::vector<int>> NormalizeReduceDims(std::span<const int64_t> x, std::
 // Softmax / log-softmax along `dim` (negative counts from the end): that factor is
 // kNeedReplication. Errors: dim out of range.
 StatusOr<ShardingRule> SoftmaxRule(bool log, std::span<const int64_t> x, int dim);
+
+// ---- Data movement, normalization, embedding and loss rules (rules_shape.cc). ----
+// Data-movement ops (permute, reshape, concat, slice) and embedding pass every Partial op through
+// (partial rules {P(op),..} -> P(op) for sum, avg, max, min): they only select / move elements.
+
+// Permute: result dim i is input dim perm[i] (negative entries count from the end). Factors are
+// the input dims, all pass-through. Errors: perm not a permutation of the input's dims.
+StatusOr<ShardingRule> PermuteRule(std::span<const int64_t> x, std::span<const int> perm);
+// The permutation swapping dims d0 and d1 of a rank-`rank` tensor. Errors: a dim out of range.
+StatusOr<std::vector<int>> TransposePerm(int rank, int d0, int d1);
+
+// The result shape of reshaping `x` to `shape` (one -1 is inferred). Errors: more than one -1,
+// another negative size, element counts that differ.
+StatusOr<std::vector<int64_t>> ResolveReshape(std::span<const int64_t> x, std::span<const int64_t> shape);
+
+// One group of a reshape: the input dims and result dims (size-1 dims excluded) whose sizes have
+// the same product and that no smaller split separates. [6,4] -> [2,3,4]: {in [0], out [0,1]},
+// {in [1], out [2]}.
+struct ReshapeGroup {
+  std::vector<int> in_dims;
+  std::vector<int> out_dims;
+  friend bool operator==(const ReshapeGroup&, const ReshapeGroup&) = default;
+};
+// Precondition: equal element counts (ResolveReshape). Empty when the tensor has no elements.
+std::vector<ReshapeGroup> ReshapeGroups(std::span<const int64_t> x, std::span<const int64_t> out);
+
+// Reshape / view (factor decomposition). Per group: a 1:1 group is one pass-through factor; a
+// split / merge group ties its major input dim and major result dim to one pass-through factor
+// "g<i>" (size: the input dim's) and makes every other dim of the group a kNeedReplication factor.
+// Size-1 dims carry kNoFactor. A tensor with no elements: every dim is kNeedReplication.
+// Whether a Shard of a tied factor is exact depends on the mesh: under torch.chunk, every rank's
+// input rows [lo, hi) of the major input dim (times the rest of the group) must be the same flat
+// range as its result rows of the major result dim. E.g. [4,3] -> [12] on 2 ranks: rows [0,2) x 3
+// = [0,6) = result [0,6): exact; [3,4] -> [12] on 2 ranks: [0,2) x 4 = [0,8) but the result
+// holds [0,6): not exact. EvaluateStrategy (ops/eager.h) rejects the inexact ones
+// (ReshapeShardingIsExact), so the input is redistributed first.
+StatusOr<ShardingRule> ReshapeRule(std::span<const int64_t> x, std::span<const int64_t> shape);
+
+enum class NormKind { kLayerNorm, kRmsNorm };
+std::string_view NormKindName(NormKind kind);  // "layer_norm", "rms_norm"
+// Normalization over the trailing `normalized_ndim` dims of x: those factors are
+// kNeedReplication, leading dims pass through. Optional weight / bias operands (in that order)
+// have the normalized dims' shape and carry the same factors. No partial rules. Errors:
+// normalized_ndim outside [1, rank], weight / bias shapes that differ from the normalized dims.
+StatusOr<ShardingRule> NormRule(NormKind kind, std::span<const int64_t> x, int normalized_ndim,
+                                const std::vector<int64_t>* weight, const std::vector<int64_t>* bias);
+
+// Embedding: table [V, D], ids [...] -> [..., D]. Factors: v (contracting(sum): a row-sharded
+// table gives a Partial(sum) result: each rank looks up the ids in its row range, zeros
+// elsewhere), d (pass-through: column sharding), one pass-through factor per ids dim. Partial
+// rules {P(op), R} -> P(op). Errors: table rank != 2.
+StatusOr<ShardingRule> EmbeddingRule(std::span<const int64_t> table, std::span<const int64_t> ids);
+
+// Concat along `dim` (negative counts from the end) of N >= 1 operands of equal rank whose other
+// dims agree: those pass through; the concat dim is kNeedReplication (one factor per operand and
+// one for the result). Partial rules {P(op), ..., P(op)} -> P(op). Errors: no operands, ranks or
+// sizes that differ, dim out of range, rank 0.
+StatusOr<ShardingRule> ConcatRule(std::span<const std::vector<int64_t>* const> shapes, int dim);
+
+// A normalized slice: start in [0, n], step >= 1, `size` elements start, start + step, ...
+struct SliceRange {
+  int dim = 0;
+  int64_t start = 0;
+  int64_t step = 1;
+  int64_t size = 0;
+  friend bool operator==(const SliceRange&, const SliceRange&) = default;
+};
+// Python semantics: negative start / end count from the end, both clamped to [0, n]. Errors: dim
+// out of range, step < 1.
+StatusOr<SliceRange> NormalizeSlice(std::span<const int64_t> x, int dim, int64_t start, int64_t end, int64_t step);
+// The result indices [first, last) whose source index start + j * step lies in [lo, hi).
+Interval SliceResultRange(const SliceRange& s, int64_t lo, int64_t hi);
+// Slice of x along `dim`: every dim is pass-through, the sliced dim's factor (size: the input's)
+// tying the input dim to the result dim. Partial rules {P(op)} -> P(op). A Shard of the sliced
+// dim is exact only when every rank's selected elements are exactly its torch.chunk of the result
+// (x[8] [0:8:2] on 2 ranks: {0,2} and {4,6} -> result [0,2) and [2,4): kept; [1:8] on 2 ranks:
+// [1,4) but the result chunk is [0,4): not); EvaluateStrategy / CheckStrategyOnMesh reject the
+// others. Errors: as NormalizeSlice.
+StatusOr<ShardingRule> SliceRule(std::span<const int64_t> x, int dim, int64_t start, int64_t end, int64_t step);
+
+enum class LossReduction { kMean, kSum, kNone };
+std::string_view LossReductionName(LossReduction r);  // "mean", "sum", "none"
+// Cross-entropy of logits [..., C] against integer targets [...] (the logits' leading dims):
+// leading factors are pass-through for kNone and reduction(sum) for kMean / kSum (a sharded batch
+// gives Partial(sum); the mean divides by the global count). The class factor c is
+// contracting(sum): vocab-parallel, logits sharded on C give a Partial(sum) result (the eager
+// kernel all-reduces the row max and the sum of exps over the ranks sharing the rows; the rank
+// holding class 0 adds logsumexp, each rank subtracts its local target logit). No partial rules.
+// Errors: logits rank 0, targets shape != logits.shape[:-1].
+StatusOr<ShardingRule> CrossEntropyRule(std::span<const int64_t> logits, std::span<const int64_t> targets,
+                                        LossReduction reduction);
 
 }  // namespace meshflow::ops
 

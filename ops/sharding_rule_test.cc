@@ -39,7 +39,8 @@ TEST(MatmulRule, Errors) {
   std::vector<int64_t> a = {5, 7}, b = {6, 3}, v = {7};
   EXPECT_EQ(MatmulRule(a, b).status().message(),
             "matmul: contracting sizes differ: a [5,7] has k = 7, b [6,3] has k = 6");
-  EXPECT_EQ(MatmulRule(a, v).status().message(), "matmul: operands need rank >= 2, got shapes [5,7] and [7]");
+  std::vector<int64_t> s0 = {};
+  EXPECT_EQ(MatmulRule(a, s0).status().message(), "matmul: operands need rank >= 1, got shapes [5,7] and []");
   std::vector<int64_t> c = {2, 5, 7}, d = {3, 7, 3};
   EXPECT_FALSE(MatmulRule(c, d).ok());
 }

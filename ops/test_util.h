@@ -31,8 +31,26 @@ inline Tensor GlobalFor(DType dtype, const std::vector<int64_t>& shape, int seed
   return t;
 }
 
+// Relative tolerance per dtype; integers compare exactly.
 inline double Tolerance(DType dtype) {
-  return dtype == DType::kF64 ? 1e-10 : dtype == DType::kF32 ? 1e-4 : 3e-2;
+  switch (dtype) {
+    case DType::kF64: return 1e-10;
+    case DType::kF32: return 1e-4;
+    case DType::kBF16: return 3e-2;
+    case DType::kI32:
+    case DType::kI64: return 0;
+  }
+  return 0;
+}
+
+// Deterministic integers: in [0, bound) when bound > 0 (ids, targets), else in [-11, 11].
+inline Tensor IntsFor(DType dtype, const std::vector<int64_t>& shape, int seed, int64_t bound = 0) {
+  Tensor t = Tensor::Zeros(dtype, shape);
+  for (int64_t i = 0; i < t.NumElements(); ++i) {
+    const int64_t v = bound > 0 ? (i * 5 + seed * 3 + i / 3) % bound : (i * 37 + seed * 11) % 23 - 11;
+    t.SetFromDouble(i, static_cast<double>(v));
+  }
+  return t;
 }
 
 // "" when shapes and dtypes match and |got - want| <= tol * (1 + max|want|) everywhere (NaN and
