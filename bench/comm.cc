@@ -72,6 +72,7 @@
 #include <string_view>
 #include <vector>
 
+#include "base/parse.h"
 #include "base/status.h"
 #include "collectives/communicator.h"
 #include "collectives/dtensor_api.h"
@@ -286,15 +287,9 @@ Status MpiCheck(int rc, const char* what) {
 #endif
 
 StatusOr<std::vector<int64_t>> ParseMesh(std::string_view s) {
-  std::vector<int64_t> shape;
-  size_t start = 0;
-  while (start <= s.size()) {
-    size_t x = s.find('x', start);
-    if (x == std::string_view::npos) x = s.size();
-    MF_ASSIGN_OR_RETURN(int d, ParseInt(s.substr(start, x - start)));
-    if (d < 1) return InvalidArgumentError("bad --mesh '" + std::string(s) + "'");
-    shape.push_back(d);
-    start = x + 1;
+  MF_ASSIGN_OR_RETURN(std::vector<int64_t> shape, ParseIntList(s, 'x', "--mesh"));
+  for (int64_t d : shape) {
+    if (d < 1) return InvalidArgumentError("bad --mesh '" + std::string(s) + "': sizes must be >= 1");
   }
   return shape;
 }

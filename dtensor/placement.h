@@ -43,6 +43,18 @@ inline bool IsShard(const Placement& p) { return std::holds_alternative<Shard>(p
 inline bool IsShard(const Placement& p, int dim) { return IsShard(p) && std::get<Shard>(p).dim == dim; }
 inline bool IsReplicate(const Placement& p) { return std::holds_alternative<Replicate>(p); }
 inline bool IsPartial(const Placement& p) { return std::holds_alternative<Partial>(p); }
+// How many mesh dims are Shard / Partial (strategy tie-breaks in ops/ prefer more Shard dims and
+// fewer Partial dims).
+inline int NumShardDims(const Placements& p) {
+  int n = 0;
+  for (const Placement& x : p) n += IsShard(x) ? 1 : 0;
+  return n;
+}
+inline int NumPartialDims(const Placements& p) {
+  int n = 0;
+  for (const Placement& x : p) n += IsPartial(x) ? 1 : 0;
+  return n;
+}
 
 std::string ToString(const Placement& p);
 // "S(0),R,P(sum)" (P prints with its op, so printing then parsing round-trips).

@@ -37,17 +37,6 @@ std::string IntList(const std::vector<T>& v) {
 
 std::string Ints(const std::vector<int>& v) { return IntList(v); }
 
-int CountShards(const Placements& p) {
-  int n = 0;
-  for (const Placement& x : p) n += IsShard(x) ? 1 : 0;
-  return n;
-}
-int CountPartials(const Placements& p) {
-  int n = 0;
-  for (const Placement& x : p) n += IsPartial(x) ? 1 : 0;
-  return n;
-}
-
 }  // namespace
 
 OpSpec OpSpec::Binary(BinaryOp op) {
@@ -604,8 +593,8 @@ StatusOr<std::shared_ptr<const StrategyChoice>> ChooseUncached(const OpSpec& op,
       if (first_error.ok()) first_error = c.status();
       continue;
     }
-    const std::tuple<int64_t, int, int> key{CostUnits(c->modelled_us), -CountShards(s.result),
-                                            CountPartials(s.result)};
+    const std::tuple<int64_t, int, int> key{CostUnits(c->modelled_us), -NumShardDims(s.result),
+                                            NumPartialDims(s.result)};
     if (!best || key < best_key) {
       best_key = key;
       best = std::move(*c);

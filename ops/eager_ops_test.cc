@@ -8,7 +8,6 @@
 // Brute-force oracles pin the reshape and slice rejections: a strategy is accepted iff every
 // rank's local reshape / slice holds exactly the right elements. Then RunStrategy, cached dispatch from
 // arbitrary layouts, and dtype errors.
-#include <mutex>
 
 #include <gtest/gtest.h>
 
@@ -16,6 +15,7 @@
 #include "collectives/mesh_comms.h"
 #include "ops/eager.h"
 #include "ops/kernels.h"
+#include "ops/strategy_check.h"
 #include "ops/test_util.h"
 
 namespace meshflow::ops {
@@ -205,36 +205,13 @@ std::vector<std::string> RunAllStrategies(const OpCase& c, const DeviceMesh& mes
     counts->checked += 1;
     counts->rejected += ch.ok() ? 0 : 1;
   }
-  std::mutex mu;
-  Status st = WorldOf(mesh.size()).Run([&](Communicator& comm) -> Status {
-    MF_ASSIGN_OR_RETURN(MeshComms comms, MeshComms::Create(comm, mesh));
-    for (size_t k = 0; k < strategies.size(); ++k) {
-      if (!accepted[k]) continue;
-      const Strategy& s = strategies[k];
-      const std::string what = c.op.ToString() + " on " + mesh.ToString() + " " +
-                               std::string(DTypeName(float_dtype)) + " strategy " + s.ToString();
-      std::vector<DTensor> in;
-      for (size_t i = 0; i < globals.size(); ++i) {
-        MF_ASSIGN_OR_RETURN(Layout l, Layout::Create(c.operands[i].shape, mesh, s.operands[i]));
-        MF_ASSIGN_OR_RETURN(DTensor x, Distribute(globals[i], l, comm.rank()));
-        in.push_back(std::move(x));
-      }
-      std::vector<const DTensor*> ip;
-      for (const DTensor& x : in) ip.push_back(&x);
-      StatusOr<DTensor> y = RunOp(c.op, ip, comms, &s);
-      if (!y.ok()) return y.status().WithContext(what);
-      MF_ASSIGN_OR_RETURN(Layout want_layout, Layout::Create(rule->result_shape, mesh, s.result));
-      MF_ASSIGN_OR_RETURN(Tensor full, FullTensor(*y, comms));
-      std::string diff = Compare(full, *want);
-      if (!(y->layout() == want_layout)) diff += " layout " + y->layout().ToString();
-      if (!diff.empty()) {
-        std::lock_guard<std::mutex> lock(mu);
-        failures.push_back("rank " + std::to_string(comm.rank()) + ": " + what + ": " + diff);
-      }
-    }
-    return Status::Ok();
-  });
-  if (!st.ok()) failures.push_back(st.ToString());
+  std::vector<Strategy> run;
+  for (size_t k = 0; k < strategies.size(); ++k) {
+    if (accepted[k]) run.push_back(strategies[k]);
+  }
+  for (std::string& f : testing::CheckStrategiesOnWorld(c.op, *rule, run, globals, *want, mesh)) {
+    failures.push_back(std::move(f));
+  }
   return failures;
 }
 

@@ -5,13 +5,13 @@
 // sanity checks, the dispatch cache and errors.
 #include "ops/eager.h"
 
-#include <mutex>
 
 #include <gtest/gtest.h>
 
 #include "collectives/dtensor_api.h"
 #include "collectives/mesh_comms.h"
 #include "ops/kernels.h"
+#include "ops/strategy_check.h"
 #include "ops/test_util.h"
 
 namespace meshflow::ops {
@@ -83,35 +83,7 @@ std::vector<std::string> RunAllStrategies(const OpCase& c, const DeviceMesh& mes
   if (!want.ok()) return {want.status().ToString()};
   const std::vector<Strategy> strategies = EnumerateStrategies(*rule, mesh.ndim());
   *checked += static_cast<int>(strategies.size());
-  std::mutex mu;
-  Status st = WorldOf(mesh.size()).Run([&](Communicator& comm) -> Status {
-    MF_ASSIGN_OR_RETURN(MeshComms comms, MeshComms::Create(comm, mesh));
-    for (const Strategy& s : strategies) {
-      const std::string what = c.op.ToString() + " on " + mesh.ToString() + " " + std::string(DTypeName(dtype)) +
-                               " strategy " + s.ToString();
-      std::vector<DTensor> in;
-      for (size_t i = 0; i < globals.size(); ++i) {
-        MF_ASSIGN_OR_RETURN(Layout l, Layout::Create(c.shapes[i], mesh, s.operands[i]));
-        MF_ASSIGN_OR_RETURN(DTensor x, Distribute(globals[i], l, comm.rank()));
-        in.push_back(std::move(x));
-      }
-      std::vector<const DTensor*> ip;
-      for (const DTensor& x : in) ip.push_back(&x);
-      StatusOr<DTensor> y = RunOp(c.op, ip, comms, &s);
-      if (!y.ok()) return y.status().WithContext(what);
-      MF_ASSIGN_OR_RETURN(Layout want_layout, Layout::Create(rule->result_shape, mesh, s.result));
-      MF_ASSIGN_OR_RETURN(Tensor full, FullTensor(*y, comms));
-      std::string diff = Compare(full, *want);
-      if (!(y->layout() == want_layout)) diff += " layout " + y->layout().ToString();
-      if (!diff.empty()) {
-        std::lock_guard<std::mutex> lock(mu);
-        failures.push_back("rank " + std::to_string(comm.rank()) + ": " + what + ": " + diff);
-      }
-    }
-    return Status::Ok();
-  });
-  if (!st.ok()) failures.push_back(st.ToString());
-  return failures;
+  return testing::CheckStrategiesOnWorld(c.op, *rule, strategies, globals, *want, mesh);
 }
 
 TEST(EagerAllStrategies, EveryRuleEveryStrategy) {

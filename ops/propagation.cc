@@ -11,17 +11,6 @@
 namespace meshflow::ops {
 namespace {
 
-int CountShards(const Placements& p) {
-  int n = 0;
-  for (const Placement& x : p) n += IsShard(x) ? 1 : 0;
-  return n;
-}
-int CountPartials(const Placements& p) {
-  int n = 0;
-  for (const Placement& x : p) n += IsPartial(x) ? 1 : 0;
-  return n;
-}
-
 std::string NodeName(const Graph& g, int n) {
   const Node& node = g.nodes()[static_cast<size_t>(n)];
   return "node " + std::to_string(n) + " '" + g.value(node.result).name + "' (" + node.op.ToString() + ")";
@@ -130,8 +119,8 @@ void Backward(const Pass& p, Known known, Settable settable, OptLayouts& pref) {
       bool ok = true;
       int partials = 0, shards = 0;
       for (size_t i = 0; i < node.operands.size() && ok; ++i) {
-        partials += CountPartials(s.operands[i]);
-        shards += CountShards(s.operands[i]);
+        partials += NumPartialDims(s.operands[i]);
+        shards += NumShardDims(s.operands[i]);
         const std::optional<Layout> have = known(node.operands[i]);
         if (!have) continue;
         StatusOr<Move> move = MoveCost(*have, c->operands[i], g.value(node.operands[i]).dtype, p.options.topology);
@@ -225,8 +214,8 @@ StatusOr<Propagation> Forward(const Pass& p, const OptLayouts& input_layouts, Ta
         if (first_error.ok()) first_error = err;
         continue;
       }
-      const std::tuple<int64_t, int, int, int> key{units, collectives, -CountShards(s.result),
-                                                   CountPartials(s.result)};
+      const std::tuple<int64_t, int, int, int> key{units, collectives, -NumShardDims(s.result),
+                                                   NumPartialDims(s.result)};
       if (!best || key < best_key) {
         best_key = key;
         best_real = real;

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "base/parse.h"
 #include "collectives/dtensor_api.h"
 #include "collectives/executor.h"
 #include "collectives/mesh_comms.h"
@@ -33,21 +34,6 @@ constexpr const char* kUsage =
     "              [--from-order '0:[1,0]'] [--to-order ...] [--topology 'intra=0;bw_intra=150;...']\n"
     "              [--planner optimal|greedy|direct] [--show] [--json] [--execute] [--dump]\n";
 
-StatusOr<std::vector<int64_t>> ParseInts(const std::string& s, char sep, const char* what) {
-  std::vector<int64_t> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, sep)) {
-    char* end = nullptr;
-    const long long v = std::strtoll(item.c_str(), &end, 10);
-    if (item.empty() || end != item.c_str() + item.size()) {
-      return InvalidArgumentError(std::string("bad ") + what + " '" + s + "': '" + item + "' is not an integer");
-    }
-    out.push_back(v);
-  }
-  if (out.empty()) return InvalidArgumentError(std::string("empty ") + what);
-  return out;
-}
 
 std::vector<std::string> Split(const std::string& s, char sep) {
   std::vector<std::string> out;
@@ -163,13 +149,13 @@ int Run(int argc, char** argv) {
     return 2;
   }
   Args& a = *args_or;
-  auto mesh_shape = ParseInts(a.values["mesh"], 'x', "mesh");
+  auto mesh_shape = ParseIntList(a.values["mesh"], 'x', "mesh");
   if (!mesh_shape.ok()) return fail(mesh_shape.status());
   std::vector<std::string> names;
   if (a.values.count("names")) names = Split(a.values["names"], ',');
   auto mesh = DeviceMesh::Create(*mesh_shape, names);
   if (!mesh.ok()) return fail(mesh.status());
-  auto shape = ParseInts(a.values["shape"], ',', "shape");
+  auto shape = ParseIntList(a.values["shape"], ',', "shape");
   if (!shape.ok()) return fail(shape.status());
   auto dtype = ParseDType(a.values.count("dtype") ? a.values["dtype"] : "f32");
   if (!dtype.ok()) return fail(dtype.status());

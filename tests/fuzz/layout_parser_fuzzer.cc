@@ -21,6 +21,7 @@
 #include <string_view>
 #include <vector>
 
+#include "base/parse.h"
 #include "collectives/dtensor_api.h"
 #include "data/loader.h"
 #include "dtensor/dtype.h"
@@ -54,22 +55,6 @@ std::vector<std::string> SplitOn(std::string_view s, char sep) {
   return out;
 }
 
-// tools/dtplan.cc's integer-list parser (it lives in dtplan's anonymous namespace).
-StatusOr<std::vector<int64_t>> ParseInts(const std::string& s, char sep, const char* what) {
-  std::vector<int64_t> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, sep)) {
-    char* end = nullptr;
-    const long long v = std::strtoll(item.c_str(), &end, 10);
-    if (item.empty() || end != item.c_str() + item.size()) {
-      return InvalidArgumentError(std::string("bad ") + what + " '" + s + "': '" + item + "' is not an integer");
-    }
-    out.push_back(v);
-  }
-  if (out.empty()) return InvalidArgumentError(std::string("empty ") + what);
-  return out;
-}
 
 // DeviceMesh::Create allocates one int per rank and accepts up to 2^30 ranks; the fuzzer skips
 // valid shapes above 2^16 ranks so that it measures parsing, not the allocator.
@@ -84,7 +69,7 @@ bool MeshTooLargeToBuild(const std::vector<int64_t>& shape) {
 }
 
 StatusOr<DeviceMesh> ParseMesh(std::string_view mesh_text, const std::string* names_text) {
-  MF_ASSIGN_OR_RETURN(std::vector<int64_t> shape, ParseInts(std::string(mesh_text), 'x', "mesh"));
+  MF_ASSIGN_OR_RETURN(std::vector<int64_t> shape, ParseIntList(std::string(mesh_text), 'x', "mesh"));
   std::vector<std::string> names;
   if (names_text != nullptr) names = SplitOn(*names_text, ',');
   if (MeshTooLargeToBuild(shape)) return InvalidArgumentError("skipped: mesh too large for the fuzzer");
@@ -159,7 +144,7 @@ void FuzzLayoutSpec(std::string_view text) {
   if (parts.size() < 3) return;
   auto mesh = ParseMesh(parts[0], nullptr);
   CheckError(mesh, "mesh");
-  auto shape = ParseInts(parts[1], ',', "shape");
+  auto shape = ParseIntList(parts[1], ',', "shape");
   CheckError(shape, "shape");
   auto placements = ParsePlacements(parts[2]);
   CheckError(placements, "placements");
