@@ -16,22 +16,30 @@ int Blocks(int64_t work) {
   return b < 1 ? 1 : static_cast<int>(b);
 }
 
+// Element offsets in src (*s) and dst (*d) of the flat (row-major) index `flat` within the box.
+__device__ __forceinline__ void BoxOffsets(const BoxCopyArgs& a, int64_t flat, int64_t* s, int64_t* d) {
+  int64_t rest = flat;
+  int64_t src_index = 0, dst_index = 0, s_stride = 1, d_stride = 1;
+  for (int k = a.rank - 1; k >= 0; --k) {
+    const int64_t idx = rest % a.extent[k];
+    rest /= a.extent[k];
+    src_index += (a.src_offset[k] + idx) * s_stride;
+    dst_index += (a.dst_offset[k] + idx) * d_stride;
+    s_stride *= a.src_shape[k];
+    d_stride *= a.dst_shape[k];
+  }
+  *s = src_index;
+  *d = dst_index;
+}
+
 template <typename T>
 __global__ void BoxCopyKernel(BoxCopyArgs a, int64_t total) {
   const T* src = static_cast<const T*>(a.src);
   T* dst = static_cast<T*>(a.dst);
   for (int64_t flat = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; flat < total;
        flat += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    int64_t rest = flat;
-    int64_t s = 0, d = 0, s_stride = 1, d_stride = 1;
-    for (int k = a.rank - 1; k >= 0; --k) {
-      const int64_t idx = rest % a.extent[k];
-      rest /= a.extent[k];
-      s += (a.src_offset[k] + idx) * s_stride;
-      d += (a.dst_offset[k] + idx) * d_stride;
-      s_stride *= a.src_shape[k];
-      d_stride *= a.dst_shape[k];
-    }
+    int64_t s = 0, d = 0;
+    BoxOffsets(a, flat, &s, &d);
     dst[d] = src[s];
   }
 }
@@ -42,16 +50,8 @@ __global__ void BoxCopyBytesKernel(BoxCopyArgs a, int64_t total) {
   unsigned char* dst = static_cast<unsigned char*>(a.dst);
   for (int64_t flat = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; flat < total;
        flat += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    int64_t rest = flat;
-    int64_t s = 0, d = 0, s_stride = 1, d_stride = 1;
-    for (int k = a.rank - 1; k >= 0; --k) {
-      const int64_t idx = rest % a.extent[k];
-      rest /= a.extent[k];
-      s += (a.src_offset[k] + idx) * s_stride;
-      d += (a.dst_offset[k] + idx) * d_stride;
-      s_stride *= a.src_shape[k];
-      d_stride *= a.dst_shape[k];
-    }
+    int64_t s = 0, d = 0;
+    BoxOffsets(a, flat, &s, &d);
     for (int64_t b = 0; b < a.elem_size; ++b) dst[d * a.elem_size + b] = src[s * a.elem_size + b];
   }
 }
@@ -75,20 +75,18 @@ __device__ uint16_t FloatToBF16(float f) {
 
 template <typename T>
 struct Traits;
-template <>
-struct Traits<float> {
-  using Acc = float;
+// float and double accumulate in their own type.
+template <typename T>
+struct SameTypeFloatTraits {
+  using Acc = T;
   static constexpr bool kFloat = true;
-  __device__ static Acc Load(float v) { return v; }
-  __device__ static float Store(Acc v) { return v; }
+  __device__ static Acc Load(T v) { return v; }
+  __device__ static T Store(Acc v) { return v; }
 };
 template <>
-struct Traits<double> {
-  using Acc = double;
-  static constexpr bool kFloat = true;
-  __device__ static Acc Load(double v) { return v; }
-  __device__ static double Store(Acc v) { return v; }
-};
+struct Traits<float> : SameTypeFloatTraits<float> {};
+template <>
+struct Traits<double> : SameTypeFloatTraits<double> {};
 template <>
 struct Traits<BF16> {
   using Acc = float;

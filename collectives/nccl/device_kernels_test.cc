@@ -13,18 +13,12 @@
 
 #include <gtest/gtest.h>
 
-#include "collectives/nccl/cuda_status.h"
+#include "collectives/nccl/cuda_test_util.h"
 #include "collectives/reduce.h"
 #include "dtensor/tensor.h"
 
 namespace meshflow {
 namespace {
-
-#define SKIP_WITHOUT_DEVICE()                            \
-  do {                                                   \
-    const std::string reason = NoCudaDeviceReason();     \
-    if (!reason.empty()) GTEST_SKIP() << reason;         \
-  } while (0)
 
 // Device buffer holding a copy of `bytes` host bytes.
 struct DeviceBuffer {
@@ -65,7 +59,7 @@ TEST(CopyRegionOnDeviceTest, ArgumentErrorsNeedNoDevice) {
 }
 
 TEST(CopyRegionOnDeviceTest, RandomBoxesMatchCpuCopyRegion) {
-  SKIP_WITHOUT_DEVICE();
+  MF_SKIP_WITHOUT_CUDA_DEVICE();
   std::mt19937 rng(7);
   auto uni = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
   for (int trial = 0; trial < 200; ++trial) {
@@ -96,7 +90,7 @@ TEST(CopyRegionOnDeviceTest, RandomBoxesMatchCpuCopyRegion) {
 }
 
 TEST(ReduceOnDeviceTest, MatchesReduceBuffersBitForBit) {
-  SKIP_WITHOUT_DEVICE();
+  MF_SKIP_WITHOUT_CUDA_DEVICE();
   std::mt19937 rng(11);
   for (DType dtype : {DType::kF32, DType::kF64, DType::kBF16, DType::kI32, DType::kI64}) {
     for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax, ReduceOp::kMin}) {

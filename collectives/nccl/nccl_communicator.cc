@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <thread>
 #include <utility>
@@ -52,6 +53,10 @@ int64_t Sum(std::span<const int64_t> v) {
   int64_t s = 0;
   for (int64_t x : v) s += x;
   return s;
+}
+
+bool AllEqual(std::span<const int64_t> counts) {
+  return std::all_of(counts.begin(), counts.end(), [&](int64_t c) { return c == counts[0]; });
 }
 
 std::vector<int64_t> Offsets(std::span<const int64_t> counts) {
@@ -224,11 +229,12 @@ Status NcclCommunicator::Enter(const char* what) {
   return CheckCudaCall(cudaSetDevice(device_), "cudaSetDevice", what);
 }
 
-void NcclCommunicator::Count(int64_t sent, int64_t received) {
+Status NcclCommunicator::Counted(const ByteCounters& bytes) {
   const size_t w = static_cast<size_t>(world_rank());
-  if (w >= state_->sent.size()) return;
-  if (sent != 0) state_->sent[w].fetch_add(sent, std::memory_order_relaxed);
-  if (received != 0) state_->received[w].fetch_add(received, std::memory_order_relaxed);
+  if (w >= state_->sent.size()) return Status();
+  if (bytes.bytes_sent != 0) state_->sent[w].fetch_add(bytes.bytes_sent, std::memory_order_relaxed);
+  if (bytes.bytes_received != 0) state_->received[w].fetch_add(bytes.bytes_received, std::memory_order_relaxed);
+  return Status();
 }
 
 ByteCounters NcclCommunicator::counters() const {
@@ -287,214 +293,6 @@ Status NcclCommunicator::Synchronize(cudaStream_t stream, const char* what) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Enqueue helpers (device pointers, arguments already checked).
-
-Status NcclCommunicator::EnqueueAllGatherV(const char* what, const void* send, int64_t send_count, void* recv,
-                                           std::span<const int64_t> counts, DType dtype, cudaStream_t stream) {
-  const int n = size();
-  const int64_t es = DTypeSize(dtype);
-  const std::vector<int64_t> off = Offsets(counts);
-  const int64_t total = Sum(counts);
-  if (total == 0) return Status();
-  Staging st(*this, stream, what);
-  const void* src = send;
-  void* const my_block = At(recv, off[static_cast<size_t>(rank_)] * es);
-  if (send != my_block && Overlap(send, send_count * es, recv, total * es)) {
-    if (g_group_depth > 0) {
-      return InvalidArgumentError(Describe(what) +
-                                  ": send overlaps recv inside an NcclGroup (only the in-place form send == recv + "
-                                  "offset of this rank's block is allowed there)");
-    }
-    MF_ASSIGN_OR_RETURN(std::byte* copy, st.Alloc(send_count * es));
-    MF_RETURN_IF_ERROR(st.Copy(copy, send, send_count * es));
-    src = copy;
-  }
-  if (n == 1) return st.Copy(recv, src, send_count * es);
-  const bool equal = std::all_of(counts.begin(), counts.end(), [&](int64_t c) { return c == counts[0]; });
-  if (equal) {
-    return CheckNcclCall(ncclAllGather(src, recv, static_cast<size_t>(counts[0] * es), ncclUint8, comm_, stream),
-                         "ncclAllGather", what);
-  }
-  MF_RETURN_IF_ERROR(CheckNcclCall(ncclGroupStart(), "ncclGroupStart", what));
-  Status s;
-  for (int r = 0; r < n && s.ok(); ++r) {
-    const int64_t c = counts[static_cast<size_t>(r)];
-    if (c == 0) continue;
-    void* block = At(recv, off[static_cast<size_t>(r)] * es);
-    s = CheckNcclCall(ncclBroadcast(r == rank_ ? src : block, block, static_cast<size_t>(c * es), ncclUint8, r, comm_,
-                                    stream),
-                      "ncclBroadcast", what);
-  }
-  const Status end = CheckNcclCall(ncclGroupEnd(), "ncclGroupEnd", what);
-  return s.ok() ? end : s;
-}
-
-Status NcclCommunicator::EnqueueReduceScatterV(const char* what, const void* send, std::span<const int64_t> counts,
-                                               void* recv, DType dtype, ReduceOp op, cudaStream_t stream) {
-  const int n = size();
-  const int64_t es = DTypeSize(dtype);
-  const std::vector<int64_t> off = Offsets(counts);
-  const int64_t mine = counts[static_cast<size_t>(rank_)];
-  if (Sum(counts) == 0) return Status();
-  if (options_.reduction == NcclReduction::kNative) {
-    MF_ASSIGN_OR_RETURN(ncclDataType_t type, NcclType(dtype));
-    const bool equal = std::all_of(counts.begin(), counts.end(), [&](int64_t c) { return c == counts[0]; });
-    if (equal) {
-      return CheckNcclCall(ncclReduceScatter(send, recv, static_cast<size_t>(mine), type, NcclOp(op), comm_, stream),
-                           "ncclReduceScatter", what);
-    }
-    MF_RETURN_IF_ERROR(CheckNcclCall(ncclGroupStart(), "ncclGroupStart", what));
-    Status s;
-    for (int r = 0; r < n && s.ok(); ++r) {
-      const int64_t c = counts[static_cast<size_t>(r)];
-      if (c == 0) continue;
-      const void* block = At(send, off[static_cast<size_t>(r)] * es);
-      // recvbuff is only used on the root; others pass their send block (never null).
-      void* dst = r == rank_ ? recv : const_cast<void*>(block);
-      s = CheckNcclCall(ncclReduce(block, dst, static_cast<size_t>(c), type, NcclOp(op), r, comm_, stream),
-                        "ncclReduce", what);
-    }
-    const Status end = CheckNcclCall(ncclGroupEnd(), "ncclGroupEnd", what);
-    return s.ok() ? end : s;
-  }
-  if (g_group_depth > 0) {
-    return FailedPreconditionError(Describe(what) +
-                                   ": exact reductions cannot run inside an NcclGroup (a kernel runs between two NCCL "
-                                   "steps); call it outside the group or use NcclReduction::kNative");
-  }
-  Staging st(*this, stream, what);
-  // Block q of every rank goes to rank q; rank me folds the n blocks in rank order.
-  MF_ASSIGN_OR_RETURN(std::byte* gathered, st.Alloc(n * mine * es));
-  MF_RETURN_IF_ERROR(CheckNcclCall(ncclGroupStart(), "ncclGroupStart", what));
-  Status s;
-  for (int q = 0; q < n && s.ok(); ++q) {
-    if (q == rank_) continue;
-    const int64_t c = counts[static_cast<size_t>(q)];
-    if (c > 0) {
-      s = CheckNcclCall(ncclSend(At(send, off[static_cast<size_t>(q)] * es), static_cast<size_t>(c * es), ncclUint8, q,
-                                 comm_, stream),
-                        "ncclSend", what);
-    }
-    if (s.ok() && mine > 0) {
-      s = CheckNcclCall(ncclRecv(gathered + q * mine * es, static_cast<size_t>(mine * es), ncclUint8, q, comm_, stream),
-                        "ncclRecv", what);
-    }
-  }
-  const Status end = CheckNcclCall(ncclGroupEnd(), "ncclGroupEnd", what);
-  MF_RETURN_IF_ERROR(s);
-  MF_RETURN_IF_ERROR(end);
-  if (mine == 0) return Status();
-  MF_RETURN_IF_ERROR(st.Copy(gathered + rank_ * mine * es, At(send, off[static_cast<size_t>(rank_)] * es), mine * es));
-  const Status red = ReduceOnDevice(gathered, n, mine, mine, recv, dtype, op, stream);
-  return red.ok() ? red : Break(red.WithContext(Describe(what)));
-}
-
-Status NcclCommunicator::EnqueueAllReduce(const char* what, const void* send, void* recv, int64_t count, DType dtype,
-                                          ReduceOp op, cudaStream_t stream) {
-  if (count == 0) return Status();
-  const int n = size();
-  const int64_t es = DTypeSize(dtype);
-  if (options_.reduction == NcclReduction::kNative) {
-    MF_ASSIGN_OR_RETURN(ncclDataType_t type, NcclType(dtype));
-    return CheckNcclCall(ncclAllReduce(send, recv, static_cast<size_t>(count), type, NcclOp(op), comm_, stream),
-                         "ncclAllReduce", what);
-  }
-  if (g_group_depth > 0) {
-    return FailedPreconditionError(Describe(what) +
-                                   ": exact reductions cannot run inside an NcclGroup (a kernel runs between two NCCL "
-                                   "steps); call it outside the group or use NcclReduction::kNative");
-  }
-  Staging st(*this, stream, what);
-  if (n == 1) {
-    // A fold over one input is the identity for every op (x / 1 == x; bf16 round trip is exact).
-    return st.Copy(recv, send, count * es);
-  }
-  const std::vector<int64_t> chunks = ChunkCounts(count, n);
-  const int64_t mine = chunks[static_cast<size_t>(rank_)];
-  MF_ASSIGN_OR_RETURN(std::byte* reduced, st.Alloc(mine * es));
-  MF_RETURN_IF_ERROR(EnqueueReduceScatterV(what, send, chunks, reduced, dtype, op, stream));
-  return EnqueueAllGatherV(what, reduced, mine, recv, chunks, dtype, stream);
-}
-
-Status NcclCommunicator::EnqueueAllToAllV(const char* what, const void* send, std::span<const int64_t> send_counts,
-                                          void* recv, std::span<const int64_t> recv_counts, DType dtype,
-                                          cudaStream_t stream) {
-  const int n = size();
-  const int64_t es = DTypeSize(dtype);
-  const std::vector<int64_t> soff = Offsets(send_counts), roff = Offsets(recv_counts);
-  const int64_t send_total = Sum(send_counts), recv_total = Sum(recv_counts);
-  Staging st(*this, stream, what);
-  const void* src = send;
-  if (Overlap(send, send_total * es, recv, recv_total * es)) {
-    if (g_group_depth > 0) {
-      return InvalidArgumentError(Describe(what) + ": send overlaps recv inside an NcclGroup");
-    }
-    MF_ASSIGN_OR_RETURN(std::byte* copy, st.Alloc(send_total * es));
-    MF_RETURN_IF_ERROR(st.Copy(copy, send, send_total * es));
-    src = copy;
-  }
-  const size_t me = static_cast<size_t>(rank_);
-  MF_RETURN_IF_ERROR(st.Copy(At(recv, roff[me] * es), At(src, soff[me] * es), recv_counts[me] * es));
-  if (n == 1) return Status();
-  MF_RETURN_IF_ERROR(CheckNcclCall(ncclGroupStart(), "ncclGroupStart", what));
-  Status s;
-  for (int q = 0; q < n && s.ok(); ++q) {
-    if (q == rank_) continue;
-    const size_t qi = static_cast<size_t>(q);
-    if (send_counts[qi] > 0) {
-      s = CheckNcclCall(
-          ncclSend(At(src, soff[qi] * es), static_cast<size_t>(send_counts[qi] * es), ncclUint8, q, comm_, stream),
-          "ncclSend", what);
-    }
-    if (s.ok() && recv_counts[qi] > 0) {
-      s = CheckNcclCall(
-          ncclRecv(At(recv, roff[qi] * es), static_cast<size_t>(recv_counts[qi] * es), ncclUint8, q, comm_, stream),
-          "ncclRecv", what);
-    }
-  }
-  const Status end = CheckNcclCall(ncclGroupEnd(), "ncclGroupEnd", what);
-  return s.ok() ? end : s;
-}
-
-Status NcclCommunicator::EnqueueSendRecv(const char* what, std::span<const SendSpec> sends,
-                                         std::span<const RecvSpec> recvs, DType dtype, cudaStream_t stream) {
-  const int64_t es = DTypeSize(dtype);
-  Staging st(*this, stream, what);
-  // Transfers to self pair up in order (CheckSendRecv verified the counts).
-  std::vector<const SendSpec*> self_sends;
-  std::vector<const RecvSpec*> self_recvs;
-  for (const SendSpec& s : sends) {
-    if (s.peer == rank_) self_sends.push_back(&s);
-  }
-  for (const RecvSpec& r : recvs) {
-    if (r.peer == rank_) self_recvs.push_back(&r);
-  }
-  for (size_t k = 0; k < self_sends.size() && k < self_recvs.size(); ++k) {
-    MF_RETURN_IF_ERROR(st.Copy(self_recvs[k]->buffer, self_sends[k]->buffer, self_sends[k]->count * es));
-  }
-  bool any = false;
-  for (const SendSpec& s : sends) any = any || (s.peer != rank_ && s.count > 0);
-  for (const RecvSpec& r : recvs) any = any || (r.peer != rank_ && r.count > 0);
-  if (!any) return Status();
-  MF_RETURN_IF_ERROR(CheckNcclCall(ncclGroupStart(), "ncclGroupStart", what));
-  Status s;
-  for (const SendSpec& x : sends) {
-    if (!s.ok()) break;
-    if (x.peer == rank_ || x.count == 0) continue;
-    s = CheckNcclCall(ncclSend(x.buffer, static_cast<size_t>(x.count * es), ncclUint8, x.peer, comm_, stream),
-                      "ncclSend", what);
-  }
-  for (const RecvSpec& x : recvs) {
-    if (!s.ok()) break;
-    if (x.peer == rank_ || x.count == 0) continue;
-    s = CheckNcclCall(ncclRecv(x.buffer, static_cast<size_t>(x.count * es), ncclUint8, x.peer, comm_, stream),
-                      "ncclRecv", what);
-  }
-  const Status end = CheckNcclCall(ncclGroupEnd(), "ncclGroupEnd", what);
-  return s.ok() ? end : s;
-}
-
-// ---------------------------------------------------------------------------------------------
 // Argument checks and byte counts shared by the host and device forms.
 
 namespace {
@@ -546,36 +344,32 @@ Status CheckSendRecvArgs(const CallSite& site, std::span<const SendSpec> sends, 
       nullptr);
 }
 
-struct Bytes {
-  int64_t sent = 0, received = 0;
-};
-
-Bytes AllGatherBytes(std::span<const int64_t> counts, int me, int64_t es) {
+ByteCounters AllGatherBytes(std::span<const int64_t> counts, int me, int64_t es) {
   const int64_t n = static_cast<int64_t>(counts.size());
   const int64_t mine = counts[static_cast<size_t>(me)];
-  return Bytes{(n - 1) * mine * es, (Sum(counts) - mine) * es};
+  return ByteCounters{(n - 1) * mine * es, (Sum(counts) - mine) * es};
 }
-Bytes ReduceScatterBytes(std::span<const int64_t> counts, int me, int64_t es) {
+ByteCounters ReduceScatterBytes(std::span<const int64_t> counts, int me, int64_t es) {
   const int64_t n = static_cast<int64_t>(counts.size());
   const int64_t mine = counts[static_cast<size_t>(me)];
-  return Bytes{(Sum(counts) - mine) * es, (n - 1) * mine * es};
+  return ByteCounters{(Sum(counts) - mine) * es, (n - 1) * mine * es};
 }
-Bytes AllReduceBytes(int64_t count, int n, int me, int64_t es) {
+ByteCounters AllReduceBytes(int64_t count, int n, int me, int64_t es) {
   const int64_t mine = ChunkCounts(count, n)[static_cast<size_t>(me)];
   const int64_t others = count - mine;
-  return Bytes{(others + (n - 1) * mine) * es, ((n - 1) * mine + others) * es};
+  return ByteCounters{(others + (n - 1) * mine) * es, ((n - 1) * mine + others) * es};
 }
-Bytes AllToAllBytes(std::span<const int64_t> sc, std::span<const int64_t> rc, int me, int64_t es) {
+ByteCounters AllToAllBytes(std::span<const int64_t> sc, std::span<const int64_t> rc, int me, int64_t es) {
   const size_t m = static_cast<size_t>(me);
-  return Bytes{(Sum(sc) - sc[m]) * es, (Sum(rc) - rc[m]) * es};
+  return ByteCounters{(Sum(sc) - sc[m]) * es, (Sum(rc) - rc[m]) * es};
 }
-Bytes BroadcastBytes(int64_t count, int n, int me, int root, int64_t es) {
-  return me == root ? Bytes{(n - 1) * count * es, 0} : Bytes{0, count * es};
+ByteCounters BroadcastBytes(int64_t count, int n, int me, int root, int64_t es) {
+  return me == root ? ByteCounters{(n - 1) * count * es, 0} : ByteCounters{0, count * es};
 }
-Bytes SendRecvBytes(std::span<const SendSpec> sends, std::span<const RecvSpec> recvs, int me, int64_t es) {
-  Bytes b;
-  for (const SendSpec& s : sends) b.sent += s.peer == me ? 0 : s.count * es;
-  for (const RecvSpec& r : recvs) b.received += r.peer == me ? 0 : r.count * es;
+ByteCounters SendRecvBytes(std::span<const SendSpec> sends, std::span<const RecvSpec> recvs, int me, int64_t es) {
+  ByteCounters b;
+  for (const SendSpec& s : sends) b.bytes_sent += s.peer == me ? 0 : s.count * es;
+  for (const RecvSpec& r : recvs) b.bytes_received += r.peer == me ? 0 : r.count * es;
   return b;
 }
 
@@ -586,7 +380,247 @@ Status RejectInGroup(const CallSite& site) {
                                  "use the Device* calls");
 }
 
+Status RejectExactInGroup(const CallSite& site) {
+  if (g_group_depth <= 0) return Status();
+  return FailedPreconditionError(site.Describe() +
+                                 ": exact reductions cannot run inside an NcclGroup (a kernel runs between two NCCL "
+                                 "steps); call it outside the group or use NcclReduction::kNative");
+}
+
 }  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Shared steps of the calls.
+
+Status NcclCommunicator::NcclGrouped(const char* what, const std::function<Status()>& body) {
+  MF_RETURN_IF_ERROR(CheckNcclCall(ncclGroupStart(), "ncclGroupStart", what));
+  const Status s = body();
+  const Status end = CheckNcclCall(ncclGroupEnd(), "ncclGroupEnd", what);
+  return s.ok() ? end : s;
+}
+
+Status NcclCommunicator::Begin(const char* what, const Status& checked, bool host) {
+  MF_RETURN_IF_ERROR(checked);
+  if (host) MF_RETURN_IF_ERROR(RejectInGroup(Site(what)));
+  return Enter(what);
+}
+
+Status NcclCommunicator::RunStaged(const char* what, const void* send, int64_t send_bytes, void* recv,
+                                   int64_t recv_bytes, bool in_place,
+                                   const std::function<Status(std::byte* dsend, std::byte* drecv)>& enqueue) {
+  {
+    Staging st(*this, stream_, what);
+    MF_ASSIGN_OR_RETURN(std::byte* dsend, st.Alloc(in_place ? std::max(send_bytes, recv_bytes) : send_bytes));
+    std::byte* drecv = dsend;
+    if (!in_place) {
+      MF_ASSIGN_OR_RETURN(drecv, st.Alloc(recv_bytes));
+    }
+    MF_RETURN_IF_ERROR(st.Copy(dsend, send, send_bytes));
+    MF_RETURN_IF_ERROR(enqueue(dsend, drecv));
+    MF_RETURN_IF_ERROR(Synchronize(stream_, what));
+    MF_RETURN_IF_ERROR(st.Copy(recv, drecv, recv_bytes));
+  }
+  return Synchronize(stream_, what);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Enqueue helpers (device pointers, arguments already checked).
+
+Status NcclCommunicator::EnqueueAllGatherV(const char* what, const void* send, int64_t send_count, void* recv,
+                                           std::span<const int64_t> counts, DType dtype, cudaStream_t stream) {
+  const int n = size();
+  const int64_t es = DTypeSize(dtype);
+  const std::vector<int64_t> off = Offsets(counts);
+  const int64_t total = Sum(counts);
+  if (total == 0) return Status();
+  Staging st(*this, stream, what);
+  const void* src = send;
+  void* const my_block = At(recv, off[static_cast<size_t>(rank_)] * es);
+  if (send != my_block && Overlap(send, send_count * es, recv, total * es)) {
+    if (g_group_depth > 0) {
+      return InvalidArgumentError(Describe(what) +
+                                  ": send overlaps recv inside an NcclGroup (only the in-place form send == recv + "
+                                  "offset of this rank's block is allowed there)");
+    }
+    MF_ASSIGN_OR_RETURN(std::byte* copy, st.Alloc(send_count * es));
+    MF_RETURN_IF_ERROR(st.Copy(copy, send, send_count * es));
+    src = copy;
+  }
+  if (n == 1) return st.Copy(recv, src, send_count * es);
+  if (AllEqual(counts)) {
+    return CheckNcclCall(ncclAllGather(src, recv, static_cast<size_t>(counts[0] * es), ncclUint8, comm_, stream),
+                         "ncclAllGather", what);
+  }
+  return NcclGrouped(what, [&]() -> Status {
+    for (int r = 0; r < n; ++r) {
+      const int64_t c = counts[static_cast<size_t>(r)];
+      if (c == 0) continue;
+      void* block = At(recv, off[static_cast<size_t>(r)] * es);
+      MF_RETURN_IF_ERROR(CheckNcclCall(
+          ncclBroadcast(r == rank_ ? src : block, block, static_cast<size_t>(c * es), ncclUint8, r, comm_, stream),
+          "ncclBroadcast", what));
+    }
+    return Status();
+  });
+}
+
+Status NcclCommunicator::EnqueueReduceScatterV(const char* what, const void* send, std::span<const int64_t> counts,
+                                               void* recv, DType dtype, ReduceOp op, cudaStream_t stream) {
+  const int n = size();
+  const int64_t es = DTypeSize(dtype);
+  const std::vector<int64_t> off = Offsets(counts);
+  const int64_t mine = counts[static_cast<size_t>(rank_)];
+  if (Sum(counts) == 0) return Status();
+  if (options_.reduction == NcclReduction::kNative) {
+    MF_ASSIGN_OR_RETURN(ncclDataType_t type, NcclType(dtype));
+    if (AllEqual(counts)) {
+      return CheckNcclCall(ncclReduceScatter(send, recv, static_cast<size_t>(mine), type, NcclOp(op), comm_, stream),
+                           "ncclReduceScatter", what);
+    }
+    return NcclGrouped(what, [&]() -> Status {
+      for (int r = 0; r < n; ++r) {
+        const int64_t c = counts[static_cast<size_t>(r)];
+        if (c == 0) continue;
+        const void* block = At(send, off[static_cast<size_t>(r)] * es);
+        // recvbuff is only used on the root; others pass their send block (never null).
+        void* dst = r == rank_ ? recv : const_cast<void*>(block);
+        MF_RETURN_IF_ERROR(CheckNcclCall(
+            ncclReduce(block, dst, static_cast<size_t>(c), type, NcclOp(op), r, comm_, stream), "ncclReduce", what));
+      }
+      return Status();
+    });
+  }
+  MF_RETURN_IF_ERROR(RejectExactInGroup(Site(what)));
+  Staging st(*this, stream, what);
+  // Block q of every rank goes to rank q; rank me folds the n blocks in rank order.
+  MF_ASSIGN_OR_RETURN(std::byte* gathered, st.Alloc(n * mine * es));
+  MF_RETURN_IF_ERROR(NcclGrouped(what, [&]() -> Status {
+    for (int q = 0; q < n; ++q) {
+      if (q == rank_) continue;
+      const int64_t c = counts[static_cast<size_t>(q)];
+      if (c > 0) {
+        MF_RETURN_IF_ERROR(CheckNcclCall(ncclSend(At(send, off[static_cast<size_t>(q)] * es),
+                                                  static_cast<size_t>(c * es), ncclUint8, q, comm_, stream),
+                                         "ncclSend", what));
+      }
+      if (mine > 0) {
+        MF_RETURN_IF_ERROR(CheckNcclCall(
+            ncclRecv(gathered + q * mine * es, static_cast<size_t>(mine * es), ncclUint8, q, comm_, stream),
+            "ncclRecv", what));
+      }
+    }
+    return Status();
+  }));
+  if (mine == 0) return Status();
+  MF_RETURN_IF_ERROR(st.Copy(gathered + rank_ * mine * es, At(send, off[static_cast<size_t>(rank_)] * es), mine * es));
+  const Status red = ReduceOnDevice(gathered, n, mine, mine, recv, dtype, op, stream);
+  return red.ok() ? red : Break(red.WithContext(Describe(what)));
+}
+
+Status NcclCommunicator::EnqueueAllReduce(const char* what, const void* send, void* recv, int64_t count, DType dtype,
+                                          ReduceOp op, cudaStream_t stream) {
+  if (count == 0) return Status();
+  const int n = size();
+  const int64_t es = DTypeSize(dtype);
+  if (options_.reduction == NcclReduction::kNative) {
+    MF_ASSIGN_OR_RETURN(ncclDataType_t type, NcclType(dtype));
+    return CheckNcclCall(ncclAllReduce(send, recv, static_cast<size_t>(count), type, NcclOp(op), comm_, stream),
+                         "ncclAllReduce", what);
+  }
+  MF_RETURN_IF_ERROR(RejectExactInGroup(Site(what)));
+  Staging st(*this, stream, what);
+  if (n == 1) {
+    // A fold over one input is the identity for every op (x / 1 == x; bf16 round trip is exact).
+    return st.Copy(recv, send, count * es);
+  }
+  const std::vector<int64_t> chunks = ChunkCounts(count, n);
+  const int64_t mine = chunks[static_cast<size_t>(rank_)];
+  MF_ASSIGN_OR_RETURN(std::byte* reduced, st.Alloc(mine * es));
+  MF_RETURN_IF_ERROR(EnqueueReduceScatterV(what, send, chunks, reduced, dtype, op, stream));
+  return EnqueueAllGatherV(what, reduced, mine, recv, chunks, dtype, stream);
+}
+
+Status NcclCommunicator::EnqueueAllToAllV(const char* what, const void* send, std::span<const int64_t> send_counts,
+                                          void* recv, std::span<const int64_t> recv_counts, DType dtype,
+                                          cudaStream_t stream) {
+  const int n = size();
+  const int64_t es = DTypeSize(dtype);
+  const std::vector<int64_t> soff = Offsets(send_counts), roff = Offsets(recv_counts);
+  const int64_t send_total = Sum(send_counts), recv_total = Sum(recv_counts);
+  Staging st(*this, stream, what);
+  const void* src = send;
+  if (Overlap(send, send_total * es, recv, recv_total * es)) {
+    if (g_group_depth > 0) {
+      return InvalidArgumentError(Describe(what) + ": send overlaps recv inside an NcclGroup");
+    }
+    MF_ASSIGN_OR_RETURN(std::byte* copy, st.Alloc(send_total * es));
+    MF_RETURN_IF_ERROR(st.Copy(copy, send, send_total * es));
+    src = copy;
+  }
+  const size_t me = static_cast<size_t>(rank_);
+  MF_RETURN_IF_ERROR(st.Copy(At(recv, roff[me] * es), At(src, soff[me] * es), recv_counts[me] * es));
+  if (n == 1) return Status();
+  return NcclGrouped(what, [&]() -> Status {
+    for (int q = 0; q < n; ++q) {
+      if (q == rank_) continue;
+      const size_t qi = static_cast<size_t>(q);
+      if (send_counts[qi] > 0) {
+        MF_RETURN_IF_ERROR(CheckNcclCall(
+            ncclSend(At(src, soff[qi] * es), static_cast<size_t>(send_counts[qi] * es), ncclUint8, q, comm_, stream),
+            "ncclSend", what));
+      }
+      if (recv_counts[qi] > 0) {
+        MF_RETURN_IF_ERROR(CheckNcclCall(
+            ncclRecv(At(recv, roff[qi] * es), static_cast<size_t>(recv_counts[qi] * es), ncclUint8, q, comm_, stream),
+            "ncclRecv", what));
+      }
+    }
+    return Status();
+  });
+}
+
+Status NcclCommunicator::EnqueueSendRecv(const char* what, std::span<const SendSpec> sends,
+                                         std::span<const RecvSpec> recvs, DType dtype, cudaStream_t stream) {
+  const int64_t es = DTypeSize(dtype);
+  Staging st(*this, stream, what);
+  // Transfers to self pair up in order (CheckSendRecv verified the counts).
+  std::vector<const SendSpec*> self_sends;
+  std::vector<const RecvSpec*> self_recvs;
+  for (const SendSpec& s : sends) {
+    if (s.peer == rank_) self_sends.push_back(&s);
+  }
+  for (const RecvSpec& r : recvs) {
+    if (r.peer == rank_) self_recvs.push_back(&r);
+  }
+  for (size_t k = 0; k < self_sends.size() && k < self_recvs.size(); ++k) {
+    MF_RETURN_IF_ERROR(st.Copy(self_recvs[k]->buffer, self_sends[k]->buffer, self_sends[k]->count * es));
+  }
+  bool any = false;
+  for (const SendSpec& s : sends) any = any || (s.peer != rank_ && s.count > 0);
+  for (const RecvSpec& r : recvs) any = any || (r.peer != rank_ && r.count > 0);
+  if (!any) return Status();
+  return NcclGrouped(what, [&]() -> Status {
+    for (const SendSpec& x : sends) {
+      if (x.peer == rank_ || x.count == 0) continue;
+      MF_RETURN_IF_ERROR(CheckNcclCall(
+          ncclSend(x.buffer, static_cast<size_t>(x.count * es), ncclUint8, x.peer, comm_, stream), "ncclSend", what));
+    }
+    for (const RecvSpec& x : recvs) {
+      if (x.peer == rank_ || x.count == 0) continue;
+      MF_RETURN_IF_ERROR(CheckNcclCall(
+          ncclRecv(x.buffer, static_cast<size_t>(x.count * es), ncclUint8, x.peer, comm_, stream), "ncclRecv", what));
+    }
+    return Status();
+  });
+}
+
+Status NcclCommunicator::EnqueueBroadcast(const char* what, void* buffer, int64_t count, DType dtype, int root,
+                                          cudaStream_t stream) {
+  if (count <= 0 || size() <= 1) return Status();
+  return CheckNcclCall(
+      ncclBroadcast(buffer, buffer, static_cast<size_t>(count * DTypeSize(dtype)), ncclUint8, root, comm_, stream),
+      "ncclBroadcast", what);
+}
 
 // ---------------------------------------------------------------------------------------------
 // Device API.
@@ -594,77 +628,48 @@ Status RejectInGroup(const CallSite& site) {
 Status NcclCommunicator::DeviceAllGatherV(const void* send, int64_t send_count, void* recv,
                                           std::span<const int64_t> recv_counts, DType dtype, cudaStream_t stream) {
   const char* what = "all_gather";
-  const CallSite site = Site(what);
-  MF_RETURN_IF_ERROR(CheckAllGather(site, send, send_count, recv, recv_counts));
-  MF_RETURN_IF_ERROR(Enter(what));
+  MF_RETURN_IF_ERROR(Begin(what, CheckAllGather(Site(what), send, send_count, recv, recv_counts), /*host=*/false));
   MF_RETURN_IF_ERROR(EnqueueAllGatherV(what, send, send_count, recv, recv_counts, dtype, stream));
-  const Bytes b = AllGatherBytes(recv_counts, rank_, DTypeSize(dtype));
-  Count(b.sent, b.received);
-  return Status();
+  return Counted(AllGatherBytes(recv_counts, rank_, DTypeSize(dtype)));
 }
 
 Status NcclCommunicator::DeviceReduceScatterV(const void* send, std::span<const int64_t> counts, void* recv,
                                               DType dtype, ReduceOp op, cudaStream_t stream) {
   const char* what = "reduce_scatter";
-  const CallSite site = Site(what);
-  MF_RETURN_IF_ERROR(CheckReduceScatter(site, send, counts, recv));
-  MF_RETURN_IF_ERROR(Enter(what));
+  MF_RETURN_IF_ERROR(Begin(what, CheckReduceScatter(Site(what), send, counts, recv), /*host=*/false));
   MF_RETURN_IF_ERROR(EnqueueReduceScatterV(what, send, counts, recv, dtype, op, stream));
-  const Bytes b = ReduceScatterBytes(counts, rank_, DTypeSize(dtype));
-  Count(b.sent, b.received);
-  return Status();
+  return Counted(ReduceScatterBytes(counts, rank_, DTypeSize(dtype)));
 }
 
 Status NcclCommunicator::DeviceAllReduce(const void* send, void* recv, int64_t count, DType dtype, ReduceOp op,
                                          cudaStream_t stream) {
   const char* what = "all_reduce";
-  const CallSite site = Site(what);
-  MF_RETURN_IF_ERROR(CheckAllReduce(site, send, recv, count));
-  MF_RETURN_IF_ERROR(Enter(what));
+  MF_RETURN_IF_ERROR(Begin(what, CheckAllReduce(Site(what), send, recv, count), /*host=*/false));
   MF_RETURN_IF_ERROR(EnqueueAllReduce(what, send, recv, count, dtype, op, stream));
-  const Bytes b = AllReduceBytes(count, size(), rank_, DTypeSize(dtype));
-  Count(b.sent, b.received);
-  return Status();
+  return Counted(AllReduceBytes(count, size(), rank_, DTypeSize(dtype)));
 }
 
 Status NcclCommunicator::DeviceAllToAllV(const void* send, std::span<const int64_t> send_counts, void* recv,
                                          std::span<const int64_t> recv_counts, DType dtype, cudaStream_t stream) {
   const char* what = "all_to_all";
-  const CallSite site = Site(what);
-  MF_RETURN_IF_ERROR(CheckAllToAll(site, send, send_counts, recv, recv_counts));
-  MF_RETURN_IF_ERROR(Enter(what));
+  MF_RETURN_IF_ERROR(Begin(what, CheckAllToAll(Site(what), send, send_counts, recv, recv_counts), /*host=*/false));
   MF_RETURN_IF_ERROR(EnqueueAllToAllV(what, send, send_counts, recv, recv_counts, dtype, stream));
-  const Bytes b = AllToAllBytes(send_counts, recv_counts, rank_, DTypeSize(dtype));
-  Count(b.sent, b.received);
-  return Status();
+  return Counted(AllToAllBytes(send_counts, recv_counts, rank_, DTypeSize(dtype)));
 }
 
 Status NcclCommunicator::DeviceBroadcast(void* buffer, int64_t count, DType dtype, int root, cudaStream_t stream) {
   const char* what = "broadcast";
-  const CallSite site = Site(what);
-  MF_RETURN_IF_ERROR(CheckBroadcast(site, buffer, count, root));
-  MF_RETURN_IF_ERROR(Enter(what));
-  const int64_t es = DTypeSize(dtype);
-  if (count > 0 && size() > 1) {
-    MF_RETURN_IF_ERROR(CheckNcclCall(
-        ncclBroadcast(buffer, buffer, static_cast<size_t>(count * es), ncclUint8, root, comm_, stream),
-        "ncclBroadcast", what));
-  }
-  const Bytes b = BroadcastBytes(count, size(), rank_, root, es);
-  Count(b.sent, b.received);
-  return Status();
+  MF_RETURN_IF_ERROR(Begin(what, CheckBroadcast(Site(what), buffer, count, root), /*host=*/false));
+  MF_RETURN_IF_ERROR(EnqueueBroadcast(what, buffer, count, dtype, root, stream));
+  return Counted(BroadcastBytes(count, size(), rank_, root, DTypeSize(dtype)));
 }
 
 Status NcclCommunicator::DeviceSendRecv(std::span<const SendSpec> sends, std::span<const RecvSpec> recvs, DType dtype,
                                         cudaStream_t stream) {
   const char* what = "send_recv";
-  const CallSite site = Site(what);
-  MF_RETURN_IF_ERROR(CheckSendRecvArgs(site, sends, recvs));
-  MF_RETURN_IF_ERROR(Enter(what));
+  MF_RETURN_IF_ERROR(Begin(what, CheckSendRecvArgs(Site(what), sends, recvs), /*host=*/false));
   MF_RETURN_IF_ERROR(EnqueueSendRecv(what, sends, recvs, dtype, stream));
-  const Bytes b = SendRecvBytes(sends, recvs, rank_, DTypeSize(dtype));
-  Count(b.sent, b.received);
-  return Status();
+  return Counted(SendRecvBytes(sends, recvs, rank_, DTypeSize(dtype)));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -675,127 +680,67 @@ Status NcclCommunicator::DeviceSendRecv(std::span<const SendSpec> sends, std::sp
 Status NcclCommunicator::AllGatherV(const void* send, int64_t send_count, void* recv,
                                     std::span<const int64_t> recv_counts, DType dtype) {
   const char* what = "all_gather";
-  const CallSite site = Site(what);
-  MF_RETURN_IF_ERROR(CheckAllGather(site, send, send_count, recv, recv_counts));
-  MF_RETURN_IF_ERROR(RejectInGroup(site));
-  MF_RETURN_IF_ERROR(Enter(what));
+  MF_RETURN_IF_ERROR(Begin(what, CheckAllGather(Site(what), send, send_count, recv, recv_counts), /*host=*/true));
   const int64_t es = DTypeSize(dtype);
-  const int64_t total = Sum(recv_counts);
-  {
-    Staging st(*this, stream_, what);
-    MF_ASSIGN_OR_RETURN(std::byte* dsend, st.Alloc(send_count * es));
-    MF_ASSIGN_OR_RETURN(std::byte* drecv, st.Alloc(total * es));
-    MF_RETURN_IF_ERROR(st.Copy(dsend, send, send_count * es));
-    MF_RETURN_IF_ERROR(EnqueueAllGatherV(what, dsend, send_count, drecv, recv_counts, dtype, stream_));
-    MF_RETURN_IF_ERROR(Synchronize(stream_, what));
-    MF_RETURN_IF_ERROR(st.Copy(recv, drecv, total * es));
-  }
-  MF_RETURN_IF_ERROR(Synchronize(stream_, what));
-  const Bytes b = AllGatherBytes(recv_counts, rank_, es);
-  Count(b.sent, b.received);
-  return Status();
+  MF_RETURN_IF_ERROR(RunStaged(what, send, send_count * es, recv, Sum(recv_counts) * es, /*in_place=*/false,
+                               [&](std::byte* dsend, std::byte* drecv) {
+                                 return EnqueueAllGatherV(what, dsend, send_count, drecv, recv_counts, dtype, stream_);
+                               }));
+  return Counted(AllGatherBytes(recv_counts, rank_, es));
 }
 
 Status NcclCommunicator::ReduceScatterV(const void* send, std::span<const int64_t> counts, void* recv, DType dtype,
                                         ReduceOp op) {
   const char* what = "reduce_scatter";
-  const CallSite site = Site(what);
-  MF_RETURN_IF_ERROR(CheckReduceScatter(site, send, counts, recv));
-  MF_RETURN_IF_ERROR(RejectInGroup(site));
-  MF_RETURN_IF_ERROR(Enter(what));
+  MF_RETURN_IF_ERROR(Begin(what, CheckReduceScatter(Site(what), send, counts, recv), /*host=*/true));
   const int64_t es = DTypeSize(dtype);
-  const int64_t total = Sum(counts);
   const int64_t mine = counts[static_cast<size_t>(rank_)];
-  {
-    Staging st(*this, stream_, what);
-    MF_ASSIGN_OR_RETURN(std::byte* dsend, st.Alloc(total * es));
-    MF_ASSIGN_OR_RETURN(std::byte* drecv, st.Alloc(mine * es));
-    MF_RETURN_IF_ERROR(st.Copy(dsend, send, total * es));
-    MF_RETURN_IF_ERROR(EnqueueReduceScatterV(what, dsend, counts, drecv, dtype, op, stream_));
-    MF_RETURN_IF_ERROR(Synchronize(stream_, what));
-    MF_RETURN_IF_ERROR(st.Copy(recv, drecv, mine * es));
-  }
-  MF_RETURN_IF_ERROR(Synchronize(stream_, what));
-  const Bytes b = ReduceScatterBytes(counts, rank_, es);
-  Count(b.sent, b.received);
-  return Status();
+  MF_RETURN_IF_ERROR(RunStaged(what, send, Sum(counts) * es, recv, mine * es, /*in_place=*/false,
+                               [&](std::byte* dsend, std::byte* drecv) {
+                                 return EnqueueReduceScatterV(what, dsend, counts, drecv, dtype, op, stream_);
+                               }));
+  return Counted(ReduceScatterBytes(counts, rank_, es));
 }
 
 Status NcclCommunicator::AllReduce(const void* send, void* recv, int64_t count, DType dtype, ReduceOp op) {
   const char* what = "all_reduce";
-  const CallSite site = Site(what);
-  MF_RETURN_IF_ERROR(CheckAllReduce(site, send, recv, count));
-  MF_RETURN_IF_ERROR(RejectInGroup(site));
-  MF_RETURN_IF_ERROR(Enter(what));
+  MF_RETURN_IF_ERROR(Begin(what, CheckAllReduce(Site(what), send, recv, count), /*host=*/true));
   const int64_t es = DTypeSize(dtype);
-  {
-    Staging st(*this, stream_, what);
-    MF_ASSIGN_OR_RETURN(std::byte* dbuf, st.Alloc(count * es));
-    MF_RETURN_IF_ERROR(st.Copy(dbuf, send, count * es));
-    MF_RETURN_IF_ERROR(EnqueueAllReduce(what, dbuf, dbuf, count, dtype, op, stream_));
-    MF_RETURN_IF_ERROR(Synchronize(stream_, what));
-    MF_RETURN_IF_ERROR(st.Copy(recv, dbuf, count * es));
-  }
-  MF_RETURN_IF_ERROR(Synchronize(stream_, what));
-  const Bytes b = AllReduceBytes(count, size(), rank_, es);
-  Count(b.sent, b.received);
-  return Status();
+  MF_RETURN_IF_ERROR(RunStaged(what, send, count * es, recv, count * es, /*in_place=*/true,
+                               [&](std::byte* dbuf, std::byte*) {
+                                 return EnqueueAllReduce(what, dbuf, dbuf, count, dtype, op, stream_);
+                               }));
+  return Counted(AllReduceBytes(count, size(), rank_, es));
 }
 
 Status NcclCommunicator::AllToAllV(const void* send, std::span<const int64_t> send_counts, void* recv,
                                    std::span<const int64_t> recv_counts, DType dtype) {
   const char* what = "all_to_all";
-  const CallSite site = Site(what);
-  MF_RETURN_IF_ERROR(CheckAllToAll(site, send, send_counts, recv, recv_counts));
-  MF_RETURN_IF_ERROR(RejectInGroup(site));
-  MF_RETURN_IF_ERROR(Enter(what));
+  MF_RETURN_IF_ERROR(Begin(what, CheckAllToAll(Site(what), send, send_counts, recv, recv_counts), /*host=*/true));
   const int64_t es = DTypeSize(dtype);
-  const int64_t send_total = Sum(send_counts), recv_total = Sum(recv_counts);
-  {
-    Staging st(*this, stream_, what);
-    MF_ASSIGN_OR_RETURN(std::byte* dsend, st.Alloc(send_total * es));
-    MF_ASSIGN_OR_RETURN(std::byte* drecv, st.Alloc(recv_total * es));
-    MF_RETURN_IF_ERROR(st.Copy(dsend, send, send_total * es));
-    MF_RETURN_IF_ERROR(EnqueueAllToAllV(what, dsend, send_counts, drecv, recv_counts, dtype, stream_));
-    MF_RETURN_IF_ERROR(Synchronize(stream_, what));
-    MF_RETURN_IF_ERROR(st.Copy(recv, drecv, recv_total * es));
-  }
-  MF_RETURN_IF_ERROR(Synchronize(stream_, what));
-  const Bytes b = AllToAllBytes(send_counts, recv_counts, rank_, es);
-  Count(b.sent, b.received);
-  return Status();
+  MF_RETURN_IF_ERROR(RunStaged(what, send, Sum(send_counts) * es, recv, Sum(recv_counts) * es, /*in_place=*/false,
+                               [&](std::byte* dsend, std::byte* drecv) {
+                                 return EnqueueAllToAllV(what, dsend, send_counts, drecv, recv_counts, dtype, stream_);
+                               }));
+  return Counted(AllToAllBytes(send_counts, recv_counts, rank_, es));
 }
 
 Status NcclCommunicator::Broadcast(void* buffer, int64_t count, DType dtype, int root) {
   const char* what = "broadcast";
-  const CallSite site = Site(what);
-  MF_RETURN_IF_ERROR(CheckBroadcast(site, buffer, count, root));
-  MF_RETURN_IF_ERROR(RejectInGroup(site));
-  MF_RETURN_IF_ERROR(Enter(what));
+  MF_RETURN_IF_ERROR(Begin(what, CheckBroadcast(Site(what), buffer, count, root), /*host=*/true));
   const int64_t es = DTypeSize(dtype);
-  {
-    Staging st(*this, stream_, what);
-    MF_ASSIGN_OR_RETURN(std::byte* dbuf, st.Alloc(count * es));
-    if (rank_ == root) MF_RETURN_IF_ERROR(st.Copy(dbuf, buffer, count * es));
-    if (count > 0 && size() > 1) {
-      MF_RETURN_IF_ERROR(CheckNcclCall(
-          ncclBroadcast(dbuf, dbuf, static_cast<size_t>(count * es), ncclUint8, root, comm_, stream_),
-          "ncclBroadcast", what));
-    }
-    MF_RETURN_IF_ERROR(Synchronize(stream_, what));
-    if (rank_ != root) MF_RETURN_IF_ERROR(st.Copy(buffer, dbuf, count * es));
-  }
-  MF_RETURN_IF_ERROR(Synchronize(stream_, what));
-  const Bytes b = BroadcastBytes(count, size(), rank_, root, es);
-  Count(b.sent, b.received);
-  return Status();
+  // One device buffer of count elements: the root copies its buffer in, the others copy the result out.
+  const int64_t in_bytes = rank_ == root ? count * es : 0, out_bytes = rank_ == root ? 0 : count * es;
+  MF_RETURN_IF_ERROR(RunStaged(what, buffer, in_bytes, buffer, out_bytes, /*in_place=*/true,
+                               [&](std::byte* dbuf, std::byte*) {
+                                 return EnqueueBroadcast(what, dbuf, count, dtype, root, stream_);
+                               }));
+  return Counted(BroadcastBytes(count, size(), rank_, root, es));
 }
 
 Status NcclCommunicator::Barrier() {
   const char* what = "barrier";
-  const CallSite site = Site(what);
-  MF_RETURN_IF_ERROR(RejectInGroup(site));
-  MF_RETURN_IF_ERROR(Enter(what));
+  MF_RETURN_IF_ERROR(Begin(what, Status(), /*host=*/true));
   if (size() == 1) return Synchronize(stream_, what);
   {
     Staging st(*this, stream_, what);
@@ -809,10 +754,7 @@ Status NcclCommunicator::Barrier() {
 
 Status NcclCommunicator::SendRecv(std::span<const SendSpec> sends, std::span<const RecvSpec> recvs, DType dtype) {
   const char* what = "send_recv";
-  const CallSite site = Site(what);
-  MF_RETURN_IF_ERROR(CheckSendRecvArgs(site, sends, recvs));
-  MF_RETURN_IF_ERROR(RejectInGroup(site));
-  MF_RETURN_IF_ERROR(Enter(what));
+  MF_RETURN_IF_ERROR(Begin(what, CheckSendRecvArgs(Site(what), sends, recvs), /*host=*/true));
   const int64_t es = DTypeSize(dtype);
   int64_t send_total = 0, recv_total = 0;
   for (const SendSpec& s : sends) send_total += s.count;
@@ -841,32 +783,22 @@ Status NcclCommunicator::SendRecv(std::span<const SendSpec> sends, std::span<con
     }
   }
   MF_RETURN_IF_ERROR(Synchronize(stream_, what));
-  const Bytes b = SendRecvBytes(sends, recvs, rank_, es);
-  Count(b.sent, b.received);
-  return Status();
+  return Counted(SendRecvBytes(sends, recvs, rank_, es));
 }
 
 StatusOr<std::shared_ptr<Communicator>> NcclCommunicator::Split(int color, int key) {
   const char* what = "split";
-  const CallSite site = Site(what);
-  MF_RETURN_IF_ERROR(RejectInGroup(site));
-  MF_RETURN_IF_ERROR(Enter(what));
+  MF_RETURN_IF_ERROR(Begin(what, Status(), /*host=*/true));
   const int n = size();
   // 1. Every member's (color, key): proves that all members arrived (bounded by the timeout) before
   //    the blocking ncclCommSplit, and gives the new group's world ranks.
   std::vector<int64_t> all(static_cast<size_t>(2 * n));
-  {
-    const int64_t mine[2] = {color, key};
-    Staging st(*this, stream_, what);
-    MF_ASSIGN_OR_RETURN(std::byte* dmine, st.Alloc(2 * sizeof(int64_t)));
-    MF_ASSIGN_OR_RETURN(std::byte* dall, st.Alloc(2 * n * static_cast<int64_t>(sizeof(int64_t))));
-    MF_RETURN_IF_ERROR(st.Copy(dmine, mine, sizeof(mine)));
-    const std::vector<int64_t> counts(static_cast<size_t>(n), 2);
-    MF_RETURN_IF_ERROR(EnqueueAllGatherV(what, dmine, 2, dall, counts, DType::kI64, stream_));
-    MF_RETURN_IF_ERROR(Synchronize(stream_, what));
-    MF_RETURN_IF_ERROR(st.Copy(all.data(), dall, 2 * n * static_cast<int64_t>(sizeof(int64_t))));
-  }
-  MF_RETURN_IF_ERROR(Synchronize(stream_, what));
+  const int64_t mine[2] = {color, key};
+  const std::vector<int64_t> counts(static_cast<size_t>(n), 2);
+  MF_RETURN_IF_ERROR(RunStaged(what, mine, sizeof(mine), all.data(), 2 * n * static_cast<int64_t>(sizeof(int64_t)),
+                               /*in_place=*/false, [&](std::byte* dmine, std::byte* dall) {
+                                 return EnqueueAllGatherV(what, dmine, 2, dall, counts, DType::kI64, stream_);
+                               }));
   std::vector<int> members;  // group ranks of this color, ordered by (key, rank)
   if (color >= 0) {
     for (int r = 0; r < n; ++r) {

@@ -86,6 +86,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -215,7 +216,18 @@ class NcclCommunicator final : public Communicator {
   Status Enter(const char* what);
   // Records an error that breaks the communicator and returns it.
   Status Break(Status s);
-  void Count(int64_t sent, int64_t received);
+  // Adds a successful call's bytes to this rank's counters; returns OK.
+  Status Counted(const ByteCounters& bytes);
+  // Start of every public call: `checked` (its argument check), then for the host API (`host`)
+  // FailedPrecondition inside an NcclGroup, then Enter.
+  Status Begin(const char* what, const Status& checked, bool host);
+  // ncclGroupStart, `body`, ncclGroupEnd (always, once started); the first error.
+  Status NcclGrouped(const char* what, const std::function<Status()>& body);
+  // Host API staging on the comm stream: device buffers dsend (send_bytes) and drecv (recv_bytes;
+  // with `in_place` one buffer of the larger size serves as both), copy send in, `enqueue`, wait,
+  // copy drecv out to recv, free the buffers, wait.
+  Status RunStaged(const char* what, const void* send, int64_t send_bytes, void* recv, int64_t recv_bytes,
+                   bool in_place, const std::function<Status(std::byte* dsend, std::byte* drecv)>& enqueue);
 
   // Enqueue the operations (arguments already checked; device pointers).
   Status EnqueueAllGatherV(const char* what, const void* send, int64_t send_count, void* recv,
@@ -228,6 +240,7 @@ class NcclCommunicator final : public Communicator {
                           std::span<const int64_t> recv_counts, DType dtype, cudaStream_t stream);
   Status EnqueueSendRecv(const char* what, std::span<const SendSpec> sends, std::span<const RecvSpec> recvs,
                          DType dtype, cudaStream_t stream);
+  Status EnqueueBroadcast(const char* what, void* buffer, int64_t count, DType dtype, int root, cudaStream_t stream);
   Status CheckNcclCall(ncclResult_t r, const char* call, const char* what);
   Status CheckCudaCall(cudaError_t e, const char* call, const char* what);
 

@@ -17,16 +17,11 @@
 #include <gtest/gtest.h>
 
 #include "collectives/nccl/cuda_status.h"
+#include "collectives/nccl/cuda_test_util.h"
 #include "collectives/reduce.h"
 
 namespace meshflow {
 namespace {
-
-#define SKIP_WITHOUT_DEVICE()                            \
-  do {                                                   \
-    const std::string reason = NoCudaDeviceReason();     \
-    if (!reason.empty()) GTEST_SKIP() << reason;         \
-  } while (0)
 
 NcclWorld& World(NcclReduction reduction = NcclReduction::kExact) {
   static std::unique_ptr<NcclWorld>* worlds = new std::unique_ptr<NcclWorld>[2];
@@ -71,6 +66,46 @@ std::vector<int64_t> UnevenCounts(int n, int salt) {
   return c;
 }
 
+// Reduce-scatter of every rank's Fill(dtype, total, r) with `counts` on rank comm.rank(), compared
+// with ReduceBuffers of the ranks' blocks (EXPECT_EQ, message `label`). Returns every rank's input.
+StatusOr<std::vector<std::vector<std::byte>>> ExpectReduceScatter(NcclCommunicator& comm,
+                                                                  const std::vector<int64_t>& counts, DType dtype,
+                                                                  ReduceOp op, const std::string& label) {
+  const int n = comm.size(), me = comm.rank();
+  const int64_t es = DTypeSize(dtype);
+  const int64_t total = std::accumulate(counts.begin(), counts.end(), int64_t{0});
+  int64_t off = 0;
+  for (int r = 0; r < me; ++r) off += counts[static_cast<size_t>(r)];
+  std::vector<std::vector<std::byte>> all;
+  std::vector<const void*> inputs;
+  for (int r = 0; r < n; ++r) all.push_back(Fill(dtype, total, r));
+  for (int r = 0; r < n; ++r) inputs.push_back(all[static_cast<size_t>(r)].data() + off * es);
+  const int64_t mine = counts[static_cast<size_t>(me)];
+  std::vector<std::byte> want(static_cast<size_t>(mine * es)), got(want.size());
+  MF_RETURN_IF_ERROR(ReduceBuffers(inputs, want.data(), mine, dtype, op));
+  MF_RETURN_IF_ERROR(comm.ReduceScatterV(all[static_cast<size_t>(me)].data(), counts, got.data(), dtype, op));
+  EXPECT_EQ(got, want) << label;
+  return all;
+}
+
+// In-place all-reduce of the first `count` elements of in[comm.rank()] (every rank's input in `in`),
+// compared with ReduceBuffers over all ranks (EXPECT_EQ, message `label`).
+Status ExpectAllReduce(NcclCommunicator& comm, const std::vector<std::vector<std::byte>>& in, int64_t count,
+                       DType dtype, ReduceOp op, const std::string& label) {
+  std::vector<const void*> ptrs;
+  for (const auto& v : in) ptrs.push_back(v.data());
+  std::vector<std::byte> expect(static_cast<size_t>(count * DTypeSize(dtype)));
+  MF_RETURN_IF_ERROR(ReduceBuffers(ptrs, expect.data(), count, dtype, op));
+  std::vector<std::byte> buf = in[static_cast<size_t>(comm.rank())];
+  MF_RETURN_IF_ERROR(comm.AllReduce(buf.data(), buf.data(), count, dtype, op));
+  EXPECT_EQ(buf, expect) << label;
+  return Status();
+}
+
+std::string OpLabel(const char* what, DType dtype, ReduceOp op) {
+  return std::string(what) + " " + std::string(DTypeName(dtype)) + " " + std::string(ReduceOpName(op));
+}
+
 TEST(NcclCommunicatorTest, CreateWithoutDeviceIsUnavailable) {
   if (NoCudaDeviceReason().empty()) GTEST_SKIP() << "a CUDA device is present";
   auto world = NcclWorld::Create();
@@ -80,14 +115,14 @@ TEST(NcclCommunicatorTest, CreateWithoutDeviceIsUnavailable) {
 }
 
 TEST(NcclCommunicatorTest, DuplicateDeviceIsRejected) {
-  SKIP_WITHOUT_DEVICE();
+  MF_SKIP_WITHOUT_CUDA_DEVICE();
   auto world = NcclWorld::Create({0, 0});
   ASSERT_FALSE(world.ok());
   EXPECT_EQ(world.status().code(), StatusCode::kInvalidArgument) << world.status();
 }
 
 TEST(NcclCommunicatorTest, AllGatherVUnevenAndEmpty) {
-  SKIP_WITHOUT_DEVICE();
+  MF_SKIP_WITHOUT_CUDA_DEVICE();
   NcclWorld& world = World();
   for (DType dtype : kDTypes) {
     for (int salt : {0, 1, 2}) {
@@ -115,38 +150,21 @@ TEST(NcclCommunicatorTest, AllGatherVUnevenAndEmpty) {
 }
 
 TEST(NcclCommunicatorTest, ReduceScatterVAndAllReduceExactMatchReduceBuffers) {
-  SKIP_WITHOUT_DEVICE();
+  MF_SKIP_WITHOUT_CUDA_DEVICE();
   NcclWorld& world = World();
   for (DType dtype : kDTypes) {
     for (ReduceOp op : kOps) {
       ASSERT_TRUE(world.Run([&](NcclCommunicator& comm) -> Status {
-        const int n = comm.size(), me = comm.rank();
-        const int64_t es = DTypeSize(dtype);
+        const int n = comm.size();
         // Reduce-scatter with uneven counts.
         const std::vector<int64_t> counts = UnevenCounts(n, 1);
-        const int64_t total = std::accumulate(counts.begin(), counts.end(), int64_t{0});
-        int64_t off = 0;
-        for (int r = 0; r < me; ++r) off += counts[static_cast<size_t>(r)];
-        std::vector<std::vector<std::byte>> all;
-        std::vector<const void*> inputs;
-        for (int r = 0; r < n; ++r) all.push_back(Fill(dtype, total, r));
-        for (int r = 0; r < n; ++r) inputs.push_back(all[static_cast<size_t>(r)].data() + off * es);
-        const int64_t mine = counts[static_cast<size_t>(me)];
-        std::vector<std::byte> want(static_cast<size_t>(mine * es)), got(want.size());
-        MF_RETURN_IF_ERROR(ReduceBuffers(inputs, want.data(), mine, dtype, op));
-        MF_RETURN_IF_ERROR(comm.ReduceScatterV(all[static_cast<size_t>(me)].data(), counts, got.data(), dtype, op));
-        EXPECT_EQ(got, want) << "reduce_scatter " << DTypeName(dtype) << " " << ReduceOpName(op);
+        MF_RETURN_IF_ERROR(ExpectReduceScatter(comm, counts, dtype, op, OpLabel("reduce_scatter", dtype, op)).status());
         // All-reduce, several counts (including 0 and counts not divisible by n), in place.
         for (int64_t count : {int64_t{0}, int64_t{1}, int64_t{7}, int64_t{1001}}) {
           std::vector<std::vector<std::byte>> in;
-          std::vector<const void*> ptrs;
           for (int r = 0; r < n; ++r) in.push_back(Fill(dtype, count, r, 3));
-          for (int r = 0; r < n; ++r) ptrs.push_back(in[static_cast<size_t>(r)].data());
-          std::vector<std::byte> expect(static_cast<size_t>(count * es));
-          MF_RETURN_IF_ERROR(ReduceBuffers(ptrs, expect.data(), count, dtype, op));
-          std::vector<std::byte> buf = in[static_cast<size_t>(me)];
-          MF_RETURN_IF_ERROR(comm.AllReduce(buf.data(), buf.data(), count, dtype, op));
-          EXPECT_EQ(buf, expect) << "all_reduce " << DTypeName(dtype) << " " << ReduceOpName(op) << " count " << count;
+          MF_RETURN_IF_ERROR(ExpectAllReduce(comm, in, count, dtype, op,
+                                             OpLabel("all_reduce", dtype, op) + " count " + std::to_string(count)));
         }
         return Status();
       }).ok());
@@ -155,35 +173,21 @@ TEST(NcclCommunicatorTest, ReduceScatterVAndAllReduceExactMatchReduceBuffers) {
 }
 
 TEST(NcclCommunicatorTest, NativeReductionsOnSmallIntegers) {
-  SKIP_WITHOUT_DEVICE();
+  MF_SKIP_WITHOUT_CUDA_DEVICE();
   NcclWorld& world = World(NcclReduction::kNative);
   for (DType dtype : {DType::kF32, DType::kF64, DType::kI32, DType::kI64}) {
     for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kMin}) {
       ASSERT_TRUE(world.Run([&](NcclCommunicator& comm) -> Status {
-        const int n = comm.size(), me = comm.rank();
+        const int n = comm.size();
         for (int salt : {0, 1}) {
           const std::vector<int64_t> counts = salt == 0 ? std::vector<int64_t>(static_cast<size_t>(n), 4)
                                                         : UnevenCounts(n, 2);
           const int64_t total = std::accumulate(counts.begin(), counts.end(), int64_t{0});
-          int64_t off = 0;
-          for (int r = 0; r < me; ++r) off += counts[static_cast<size_t>(r)];
-          std::vector<std::vector<std::byte>> all;
-          std::vector<const void*> inputs;
-          for (int r = 0; r < n; ++r) all.push_back(Fill(dtype, total, r));
-          const int64_t es = DTypeSize(dtype);
-          for (int r = 0; r < n; ++r) inputs.push_back(all[static_cast<size_t>(r)].data() + off * es);
-          const int64_t mine = counts[static_cast<size_t>(me)];
-          std::vector<std::byte> want(static_cast<size_t>(mine * es)), got(want.size());
-          MF_RETURN_IF_ERROR(ReduceBuffers(inputs, want.data(), mine, dtype, op));
-          MF_RETURN_IF_ERROR(comm.ReduceScatterV(all[static_cast<size_t>(me)].data(), counts, got.data(), dtype, op));
-          EXPECT_EQ(got, want) << "native reduce_scatter " << DTypeName(dtype) << " " << ReduceOpName(op);
-          std::vector<const void*> whole;
-          for (int r = 0; r < n; ++r) whole.push_back(all[static_cast<size_t>(r)].data());
-          std::vector<std::byte> expect(static_cast<size_t>(total * es));
-          MF_RETURN_IF_ERROR(ReduceBuffers(whole, expect.data(), total, dtype, op));
-          std::vector<std::byte> buf = all[static_cast<size_t>(me)];
-          MF_RETURN_IF_ERROR(comm.AllReduce(buf.data(), buf.data(), total, dtype, op));
-          EXPECT_EQ(buf, expect) << "native all_reduce " << DTypeName(dtype) << " " << ReduceOpName(op);
+          MF_ASSIGN_OR_RETURN(
+              std::vector<std::vector<std::byte>> all,
+              ExpectReduceScatter(comm, counts, dtype, op, "native " + OpLabel("reduce_scatter", dtype, op)));
+          MF_RETURN_IF_ERROR(
+              ExpectAllReduce(comm, all, total, dtype, op, "native " + OpLabel("all_reduce", dtype, op)));
         }
         return Status();
       }).ok());
@@ -192,7 +196,7 @@ TEST(NcclCommunicatorTest, NativeReductionsOnSmallIntegers) {
 }
 
 TEST(NcclCommunicatorTest, AllToAllVBroadcastSendRecvBarrier) {
-  SKIP_WITHOUT_DEVICE();
+  MF_SKIP_WITHOUT_CUDA_DEVICE();
   NcclWorld& world = World();
   ASSERT_TRUE(world.Run([&](NcclCommunicator& comm) -> Status {
     const int n = comm.size(), me = comm.rank();
@@ -229,7 +233,7 @@ TEST(NcclCommunicatorTest, AllToAllVBroadcastSendRecvBarrier) {
 }
 
 TEST(NcclCommunicatorTest, SplitOrdersByKeyAndReducesInGroup) {
-  SKIP_WITHOUT_DEVICE();
+  MF_SKIP_WITHOUT_CUDA_DEVICE();
   NcclWorld& world = World();
   ASSERT_TRUE(world.Run([&](NcclCommunicator& comm) -> Status {
     const int n = comm.size(), me = comm.rank();
@@ -253,7 +257,7 @@ TEST(NcclCommunicatorTest, SplitOrdersByKeyAndReducesInGroup) {
 }
 
 TEST(NcclCommunicatorTest, DeviceApiAndGroups) {
-  SKIP_WITHOUT_DEVICE();
+  MF_SKIP_WITHOUT_CUDA_DEVICE();
   NcclWorld& world = World();
   ASSERT_TRUE(world.Run([&](NcclCommunicator& comm) -> Status {
     const int n = comm.size(), me = comm.rank();
@@ -299,7 +303,7 @@ TEST(NcclCommunicatorTest, DeviceApiAndGroups) {
 }
 
 TEST(NcclCommunicatorTest, CountersAndArgumentErrors) {
-  SKIP_WITHOUT_DEVICE();
+  MF_SKIP_WITHOUT_CUDA_DEVICE();
   NcclWorld& world = World();
   world.ResetCounters();
   ASSERT_TRUE(world.Run([&](NcclCommunicator& comm) -> Status {
@@ -318,7 +322,7 @@ TEST(NcclCommunicatorTest, CountersAndArgumentErrors) {
 }
 
 TEST(NcclCommunicatorTest, MissingPeerTimesOutAndAborts) {
-  SKIP_WITHOUT_DEVICE();
+  MF_SKIP_WITHOUT_CUDA_DEVICE();
   auto count = CudaDeviceCount();
   ASSERT_TRUE(count.ok());
   if (*count < 2) GTEST_SKIP() << "needs 2 GPUs (one process cannot hold two ranks on one GPU)";

@@ -15,7 +15,7 @@
 #include "collectives/dtensor_api.h"
 #include "collectives/executor.h"
 #include "collectives/mesh_comms.h"
-#include "collectives/nccl/cuda_status.h"
+#include "collectives/nccl/cuda_test_util.h"
 #include "collectives/nccl/nccl_communicator.h"
 #include "dtensor/dtensor.h"
 
@@ -23,8 +23,7 @@ namespace meshflow {
 namespace {
 
 TEST(NcclExecutorTest, RedistributionsMatchReference) {
-  const std::string reason = NoCudaDeviceReason();
-  if (!reason.empty()) GTEST_SKIP() << reason;
+  MF_SKIP_WITHOUT_CUDA_DEVICE();
   auto created = NcclWorld::Create();
   ASSERT_TRUE(created.ok()) << created.status();
   NcclWorld& world = **created;

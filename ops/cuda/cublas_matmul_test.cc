@@ -11,17 +11,11 @@
 
 #include <gtest/gtest.h>
 
-#include "collectives/nccl/cuda_status.h"
+#include "collectives/nccl/cuda_test_util.h"
 #include "ops/kernels.h"
 
 namespace meshflow::ops {
 namespace {
-
-#define SKIP_WITHOUT_DEVICE()                            \
-  do {                                                   \
-    const std::string reason = NoCudaDeviceReason();     \
-    if (!reason.empty()) GTEST_SKIP() << reason;         \
-  } while (0)
 
 Tensor Random(DType dtype, std::vector<int64_t> shape, std::mt19937& rng) {
   Tensor t = Tensor::Zeros(dtype, std::move(shape));
@@ -45,7 +39,7 @@ TEST(CudaMatmulTest, ShapeErrorsNeedNoDevice) {
 }
 
 TEST(CudaMatmulTest, MatchesEigenKernel) {
-  SKIP_WITHOUT_DEVICE();
+  MF_SKIP_WITHOUT_CUDA_DEVICE();
   std::mt19937 rng(3);
   const std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>> shapes = {
       {{2, 3}, {3, 4}},          {{1, 1}, {1, 1}},          {{64, 96}, {96, 33}},
@@ -72,7 +66,7 @@ TEST(CudaMatmulTest, MatchesEigenKernel) {
 }
 
 TEST(CudaMatmulTest, DeviceEntryPoint) {
-  SKIP_WITHOUT_DEVICE();
+  MF_SKIP_WITHOUT_CUDA_DEVICE();
   const std::vector<float> a = {1, 2, 3, 4, 5, 6};  // [2, 3]
   const std::vector<float> b = {1, 0, 0, 1, 1, 1};  // [3, 2]
   float *da = nullptr, *db = nullptr, *dc = nullptr;
