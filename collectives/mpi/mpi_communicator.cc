@@ -552,13 +552,16 @@ Status MpiCommunicator::ReduceScatterV(const void* send, std::span<const int64_t
       std::copy(counts.begin(), counts.end(), h.call.counts.begin());
       MF_RETURN_IF_ERROR(ExchangeHeaders(call, h, nullptr));
     }
-    // Rank q receives block q of every rank; blocks land in rank order in `staged`.
+    // Rank q receives block q of every rank; blocks land in rank order in `staged`. This rank's own
+    // block is reduced straight from `send` (not copied through MPI) unless recv overlaps send.
+    const bool own_direct = !Overlap(send, total * es, recv, mine * es);
     std::byte* staged = call.Stage(n * mine * es);
-    const std::vector<int> scounts = ToInt(counts);
+    std::vector<int> scounts = ToInt(counts);
     const std::vector<int> sdispls = IntOffsets(counts);
-    const std::vector<int> rcounts(static_cast<size_t>(n), static_cast<int>(mine));
+    std::vector<int> rcounts(static_cast<size_t>(n), static_cast<int>(mine));
     std::vector<int> rdispls(static_cast<size_t>(n));
     for (int r = 0; r < n; ++r) rdispls[static_cast<size_t>(r)] = static_cast<int>(r * mine);
+    if (own_direct) scounts[static_cast<size_t>(rank_)] = rcounts[static_cast<size_t>(rank_)] = 0;
     const BufferPair bufs = Separate(send, total * es, staged, n * mine * es);
     MPI_Request req = MPI_REQUEST_NULL;
     MF_RETURN_IF_ERROR(call.Check(MPI_Ialltoallv(bufs.send, scounts.data(), sdispls.data(), MpiType(dtype), bufs.recv,
@@ -567,6 +570,9 @@ Status MpiCommunicator::ReduceScatterV(const void* send, std::span<const int64_t
     MF_RETURN_IF_ERROR(call.Wait(req, "MPI_Ialltoallv"));
     std::vector<const void*> inputs(static_cast<size_t>(n));
     for (int r = 0; r < n; ++r) inputs[static_cast<size_t>(r)] = staged + r * mine * es;
+    if (own_direct) {
+      inputs[static_cast<size_t>(rank_)] = static_cast<const std::byte*>(send) + sdispls[static_cast<size_t>(rank_)] * es;
+    }
     MF_RETURN_IF_ERROR(ReduceBuffers(inputs, NonNull(recv), mine, dtype, op));
     CountBytes((total - mine) * es, (n - 1) * mine * es);
     return Status();
@@ -599,25 +605,40 @@ Status MpiCommunicator::AllReduce(const void* send, void* recv, int64_t count, D
       ccounts[static_cast<size_t>(c)] = static_cast<int>(end(c) - begin(c));
       cdispls[static_cast<size_t>(c)] = static_cast<int>(begin(c));
     }
-    // 1. Reduce-scatter: chunk c of every rank goes to rank c, reduced there in rank order.
+    // 1. Reduce-scatter: chunk c of every rank goes to rank c and is reduced there in rank order,
+    //    straight into recv's chunk c. The own chunk is read from `send` in place (not copied
+    //    through MPI) unless send and recv partially overlap.
+    const bool own_direct = send == recv || !Overlap(send, count * es, recv, count * es);
     std::byte* staged = call.Stage(n * mine * es);
-    std::byte* reduced = call.Stage(mine * es);
-    const std::vector<int> rcounts(static_cast<size_t>(n), static_cast<int>(mine));
+    std::vector<int> scounts = ccounts;
+    std::vector<int> rcounts(static_cast<size_t>(n), static_cast<int>(mine));
     std::vector<int> rdispls(static_cast<size_t>(n));
     for (int r = 0; r < n; ++r) rdispls[static_cast<size_t>(r)] = static_cast<int>(r * mine);
+    if (own_direct) scounts[static_cast<size_t>(rank_)] = rcounts[static_cast<size_t>(rank_)] = 0;
     const BufferPair step1 = Separate(send, count * es, staged, n * mine * es);
     MPI_Request req = MPI_REQUEST_NULL;
-    MF_RETURN_IF_ERROR(call.Check(MPI_Ialltoallv(step1.send, ccounts.data(), cdispls.data(), MpiType(dtype), step1.recv,
+    MF_RETURN_IF_ERROR(call.Check(MPI_Ialltoallv(step1.send, scounts.data(), cdispls.data(), MpiType(dtype), step1.recv,
                                                  rcounts.data(), rdispls.data(), MpiType(dtype), comm_, &req),
                                   "MPI_Ialltoallv"));
     MF_RETURN_IF_ERROR(call.Wait(req, "MPI_Ialltoallv"));
     std::vector<const void*> inputs(static_cast<size_t>(n));
     for (int r = 0; r < n; ++r) inputs[static_cast<size_t>(r)] = staged + r * mine * es;
-    MF_RETURN_IF_ERROR(ReduceBuffers(inputs, reduced, mine, dtype, op));
-    // 2. All-gather of the reduced chunks (send is no longer read, so recv may alias it).
-    const BufferPair step2 = Separate(reduced, mine * es, recv, count * es);
-    MF_RETURN_IF_ERROR(call.Check(MPI_Iallgatherv(step2.send, static_cast<int>(mine), MpiType(dtype), step2.recv,
-                                                  ccounts.data(), cdispls.data(), MpiType(dtype), comm_, &req),
+    std::byte* own = static_cast<std::byte*>(NonNull(recv)) + begin(rank_) * es;
+    if (own_direct) {
+      // Block-wise reduction reads every input of a block before writing it, so own may equal
+      // inputs[rank_] (send == recv).
+      inputs[static_cast<size_t>(rank_)] = static_cast<const std::byte*>(send) + begin(rank_) * es;
+      MF_RETURN_IF_ERROR(ReduceBuffers(inputs, own, mine, dtype, op));
+    } else {
+      inputs[static_cast<size_t>(rank_)] = staged + rank_ * mine * es;  // copied by MPI above
+      std::byte* reduced = call.Stage(mine * es);
+      MF_RETURN_IF_ERROR(ReduceBuffers(inputs, reduced, mine, dtype, op));
+      if (mine > 0) std::memcpy(own, reduced, static_cast<size_t>(mine * es));  // send is no longer read
+    }
+    // 2. All-gather in place: every rank's chunk is already in its recv (every rank passes
+    //    MPI_IN_PLACE, as MPI requires of an in-place all-gather).
+    MF_RETURN_IF_ERROR(call.Check(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, NonNull(recv), ccounts.data(),
+                                                  cdispls.data(), MpiType(dtype), comm_, &req),
                                   "MPI_Iallgatherv"));
     MF_RETURN_IF_ERROR(call.Wait(req, "MPI_Iallgatherv"));
     const int64_t others = count - mine;

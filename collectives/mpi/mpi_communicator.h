@@ -22,11 +22,12 @@
 //   AllToAllV       MPI_Ialltoallv
 //   Broadcast       MPI_Ibcast
 //   Barrier         MPI_Ibarrier (implied by the header exchange when validation is on, see below)
-//   ReduceScatterV  MPI_Ialltoallv (rank q receives block q of every rank), then every rank reduces
-//                   its block locally with ReduceBuffers (collectives/reduce.h) in group-rank order
+//   ReduceScatterV  MPI_Ialltoallv (rank q receives block q of every other rank), then every rank
+//                   reduces its block locally with ReduceBuffers (collectives/reduce.h) in
+//                   group-rank order, reading its own block straight from `send`
 //   AllReduce       the threads backend's algorithm: MPI_Ialltoallv of torch.chunk chunks (chunk =
-//                   ceil(count/n)), local rank-order reduction of chunk `rank()`, MPI_Iallgatherv of
-//                   the reduced chunks
+//                   ceil(count/n); the own chunk is not sent to itself), local rank-order reduction
+//                   of chunk `rank()` straight into recv, MPI_Iallgatherv with MPI_IN_PLACE
 //   SendRecv        MPI_Irecv for every receive, MPI_Isend for every send, one polling wait;
 //                   transfers to self are local copies
 //   Split           header exchange (below), then MPI_Comm_split (every member has arrived, so the
