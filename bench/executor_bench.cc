@@ -24,14 +24,14 @@ namespace {
 
 constexpr int kRanks = 4;
 
-void RunRedistribute(benchmark::State& state, const Placements& from_p, const Placements& to_p) {
-  const int64_t n = state.range(0);  // rows of an n x 256 f32 tensor
+void RunRedistribute(benchmark::State& state, const Placements& from_p, const Placements& to_p, int64_t cols = 256) {
+  const int64_t n = state.range(0);  // rows of an n x cols f32 tensor
   constexpr int kReps = 16;          // redistributions per world->Run (amortizes thread start)
   DeviceMesh mesh = *DeviceMesh::Create({kRanks});
-  Layout from = *Layout::Create({n, 256}, mesh, from_p);
-  Layout to = *Layout::Create({n, 256}, mesh, to_p);
+  Layout from = *Layout::Create({n, cols}, mesh, from_p);
+  Layout to = *Layout::Create({n, cols}, mesh, to_p);
   std::shared_ptr<const Plan> plan = *PlanFor(from, to, DType::kF32);
-  const Tensor global = Tensor::Iota(DType::kF32, {n, 256});
+  const Tensor global = Tensor::Iota(DType::kF32, {n, cols});
   auto world = std::move(ThreadWorld::Create(kRanks).value());
   for (auto _ : state) {
     double seconds = 0;
@@ -60,6 +60,9 @@ void RunRedistribute(benchmark::State& state, const Placements& from_p, const Pl
 void BM_AllToAll(benchmark::State& state) { RunRedistribute(state, {Shard{0}}, {Shard{1}}); }
 void BM_AllGather(benchmark::State& state) { RunRedistribute(state, {Shard{0}}, {Replicate{}}); }
 BENCHMARK(BM_AllToAll)->RangeMultiplier(4)->Range(64, 16384)->UseManualTime()->Unit(benchmark::kMicrosecond);
+// The same bytes as a square-ish n x 2048 tensor (bench/comm's redistribute shape at 16 MiB).
+void BM_AllToAllWide(benchmark::State& state) { RunRedistribute(state, {Shard{0}}, {Shard{1}}, 2048); }
+BENCHMARK(BM_AllToAllWide)->Arg(2048)->UseManualTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_AllGather)->RangeMultiplier(4)->Range(64, 16384)->UseManualTime()->Unit(benchmark::kMicrosecond);
 
 void BM_Memcpy(benchmark::State& state) {
