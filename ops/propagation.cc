@@ -3,6 +3,7 @@
 // wins. Every candidate strategy is validated by EvaluateStrategy and costed with PlanFor.
 #include "ops/propagation.h"
 
+#include <string>
 #include <tuple>
 #include <utility>
 
@@ -237,7 +238,9 @@ StatusOr<Propagation> Forward(const Pass& p, const OptLayouts& input_layouts, Ta
 
 }  // namespace
 
+
 StatusOr<Propagation> Propagate(const Graph& g, const PropagationOptions& options) {
+  MF_RETURN_IF_ERROR(options.topology.Validate().WithContext("propagate"));
   const size_t nv = g.values().size();
   std::vector<ShardingRule> rules;
   for (size_t n = 0; n < g.nodes().size(); ++n) {

@@ -36,7 +36,9 @@
 //
 // Errors: a node none of whose strategies can be planned (names the node and the first planner
 // error), e.g. a Partial(avg) input feeding an op that only passes Partial(sum) and no reduction
-// path; annotation errors cannot happen here (the Graph validated them).
+// path; annotation errors cannot happen here (the Graph validated them); INVALID_ARGUMENT for a
+// PropagationOptions::topology that ParseTopology would reject (a bandwidth <= 0, a negative
+// latency, or a non-finite value).
 #ifndef MESHFLOW_OPS_PROPAGATION_H_
 #define MESHFLOW_OPS_PROPAGATION_H_
 

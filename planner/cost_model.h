@@ -75,6 +75,12 @@ struct Topology {
   // "intra=all;bw_intra=150;bw_inter=25;lat_intra=2;lat_inter=10" (numbers round-trip exactly).
   std::string ToString() const;
 
+  // OK when every bandwidth is finite and > 0 and every latency finite and >= 0 (what
+  // ParseTopology guarantees); else INVALID_ARGUMENT naming the field, e.g. "topology
+  // bw_inter=0 must be > 0 and finite". The planners and the propagation pass check it, since a
+  // Topology built in code could otherwise make every modelled cost inf or negative.
+  Status Validate() const;
+
   friend bool operator==(const Topology&, const Topology&) = default;
 };
 

@@ -166,6 +166,7 @@ StatusOr<std::vector<PlanStep>> Successors(const Layout& state, const Layout& ta
 }
 
 StatusOr<Plan> PlanRedistribution(const Layout& from, const Layout& to, DType dtype, const Topology& topo) {
+  MF_RETURN_IF_ERROR(topo.Validate());
   MF_RETURN_IF_ERROR(CheckPlannable(from, to));
   Plan plan = EmptyPlan(from, to, dtype, "optimal");
   if (!(from == to)) {
@@ -223,6 +224,7 @@ StatusOr<Plan> PlanRedistribution(const Layout& from, const Layout& to, DType dt
 }
 
 StatusOr<Plan> PlanDirect(const Layout& from, const Layout& to, DType dtype, const Topology& topo) {
+  MF_RETURN_IF_ERROR(topo.Validate());
   MF_RETURN_IF_ERROR(CheckPlannable(from, to));
   Plan plan = EmptyPlan(from, to, dtype, "direct");
   if (!(from == to)) {

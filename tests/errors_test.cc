@@ -37,6 +37,9 @@
 #include "dtensor/placement.h"
 #include "mesh/device_mesh.h"
 #include "ops/eager.h"
+#include "ops/graph.h"
+#include "ops/program.h"
+#include "ops/propagation.h"
 #include "planner/cost_model.h"
 #include "planner/greedy_reference.h"
 #include "planner/search.h"
@@ -205,6 +208,14 @@ TEST(ErrorsTest, PlanRedistribution_DifferentShapes) {
   const DeviceMesh m = Mesh({2});
   EXPECT_ERROR(PlanRedistribution(MakeLayout({4}, m, "S(0)"), MakeLayout({6}, m, "R"), DType::kF32, Topology()),
                StatusCode::kInvalidArgument, "different global shapes");
+}
+
+TEST(ErrorsTest, PlanRedistribution_NegativeLatencyTopology) {
+  const DeviceMesh m = Mesh({2});
+  Topology topo;
+  topo.lat_intra_us = -1;  // built in code, bypassing ParseTopology
+  EXPECT_ERROR(PlanRedistribution(MakeLayout({4}, m, "S(0)"), MakeLayout({4}, m, "R"), DType::kF32, topo),
+               StatusCode::kInvalidArgument, "topology lat_intra=-1 must be >= 0");
 }
 
 TEST(ErrorsTest, PlanRedistribution_PartialToOtherPartial) {
@@ -581,6 +592,208 @@ TEST(ErrorsTest, EagerAdd_OperandsOnDifferentMeshes) {
     return ops::Add(a, b, comms).status();
   });
   for (const Status& s : st) EXPECT_ERROR(s, StatusCode::kInvalidArgument, "operands on different meshes");
+}
+
+// Runs `op` on a 2-rank mesh; every rank gets the same inputs (built by make_inputs from the
+// mesh and the rank) and the per-rank statuses come back.
+std::vector<Status> RunEager2(
+    const std::function<StatusOr<std::vector<DTensor>>(const DeviceMesh&, int)>& make_inputs,
+    const std::function<Status(const std::vector<DTensor>&, MeshComms&)>& op) {
+  const DeviceMesh m = Mesh({2});
+  return RunRanks(2, [&](Communicator& c) -> Status {
+    MF_ASSIGN_OR_RETURN(MeshComms comms, MeshComms::Create(c, m));
+    MF_ASSIGN_OR_RETURN(std::vector<DTensor> in, make_inputs(m, c.world_rank()));
+    return op(in, comms);
+  });
+}
+
+StatusOr<DTensor> Dist(const Tensor& t, const DeviceMesh& m, std::string_view placements, int rank) {
+  return Distribute(t, MakeLayout(t.shape(), m, placements), rank);
+}
+
+TEST(ErrorsTest, EagerReshape_ElementCountMismatch) {
+  auto st = RunEager2(
+      [](const DeviceMesh& m, int r) -> StatusOr<std::vector<DTensor>> {
+        MF_ASSIGN_OR_RETURN(DTensor x, Dist(Tensor::Iota(DType::kF32, {4, 6}), m, "S(0)", r));
+        return std::vector<DTensor>{x};
+      },
+      [](const std::vector<DTensor>& in, MeshComms& comms) { return ops::Reshape(in[0], {5, 5}, comms).status(); });
+  for (const Status& s : st) EXPECT_ERROR(s, StatusCode::kInvalidArgument, "(24 elements) cannot become [5,5]");
+}
+
+TEST(ErrorsTest, EagerPermute_NotAPermutation) {
+  auto st = RunEager2(
+      [](const DeviceMesh& m, int r) -> StatusOr<std::vector<DTensor>> {
+        MF_ASSIGN_OR_RETURN(DTensor x, Dist(Tensor::Iota(DType::kF32, {4, 6}), m, "S(0)", r));
+        return std::vector<DTensor>{x};
+      },
+      [](const std::vector<DTensor>& in, MeshComms& comms) { return ops::Permute(in[0], {0, 0}, comms).status(); });
+  for (const Status& s : st) EXPECT_ERROR(s, StatusCode::kInvalidArgument, "is not a permutation of the dims");
+}
+
+TEST(ErrorsTest, EagerEmbedding_FloatIds) {
+  auto st = RunEager2(
+      [](const DeviceMesh& m, int r) -> StatusOr<std::vector<DTensor>> {
+        MF_ASSIGN_OR_RETURN(DTensor table, Dist(Tensor::Iota(DType::kF32, {4, 3}), m, "S(0)", r));
+        MF_ASSIGN_OR_RETURN(DTensor ids, Dist(Tensor::Zeros(DType::kF32, {2}), m, "R", r));
+        return std::vector<DTensor>{table, ids};
+      },
+      [](const std::vector<DTensor>& in, MeshComms& comms) { return ops::Embedding(in[0], in[1], comms).status(); });
+  for (const Status& s : st) EXPECT_ERROR(s, StatusCode::kInvalidArgument, "ids dtype f32 must be i32 or i64");
+}
+
+TEST(ErrorsTest, EagerEmbedding_IdOutOfRange) {
+  auto st = RunEager2(
+      [](const DeviceMesh& m, int r) -> StatusOr<std::vector<DTensor>> {
+        MF_ASSIGN_OR_RETURN(DTensor table, Dist(Tensor::Iota(DType::kF32, {4, 3}), m, "S(0)", r));
+        Tensor id_values = Tensor::Zeros(DType::kI32, {2});
+        id_values.data<int32_t>()[0] = 7;
+        id_values.data<int32_t>()[1] = 7;
+        MF_ASSIGN_OR_RETURN(DTensor ids, Dist(id_values, m, "R", r));
+        return std::vector<DTensor>{table, ids};
+      },
+      [](const std::vector<DTensor>& in, MeshComms& comms) { return ops::Embedding(in[0], in[1], comms).status(); });
+  for (const Status& s : st) EXPECT_ERROR(s, StatusCode::kInvalidArgument, "id 7 at 0 outside [0, 4)");
+}
+
+TEST(ErrorsTest, EagerConcat_MismatchedNonConcatDims) {
+  auto st = RunEager2(
+      [](const DeviceMesh& m, int r) -> StatusOr<std::vector<DTensor>> {
+        MF_ASSIGN_OR_RETURN(DTensor a, Dist(Tensor::Iota(DType::kF32, {2, 3}), m, "R", r));
+        MF_ASSIGN_OR_RETURN(DTensor b, Dist(Tensor::Iota(DType::kF32, {2, 4}), m, "R", r));
+        return std::vector<DTensor>{a, b};
+      },
+      [](const std::vector<DTensor>& in, MeshComms& comms) {
+        const DTensor* xs[] = {&in[0], &in[1]};
+        return ops::Concat(xs, /*dim=*/0, comms).status();
+      });
+  for (const Status& s : st) {
+    EXPECT_ERROR(s, StatusCode::kInvalidArgument, "operand 1 shape [2,4] does not match operand 0 shape [2,3]");
+  }
+}
+
+TEST(ErrorsTest, EagerSlice_ZeroStep) {
+  auto st = RunEager2(
+      [](const DeviceMesh& m, int r) -> StatusOr<std::vector<DTensor>> {
+        MF_ASSIGN_OR_RETURN(DTensor x, Dist(Tensor::Iota(DType::kF32, {4, 6}), m, "S(1)", r));
+        return std::vector<DTensor>{x};
+      },
+      [](const std::vector<DTensor>& in, MeshComms& comms) {
+        return ops::Slice(in[0], /*dim=*/1, 0, 6, /*step=*/0, comms).status();
+      });
+  for (const Status& s : st) EXPECT_ERROR(s, StatusCode::kInvalidArgument, "step 0 must be >= 1");
+}
+
+TEST(ErrorsTest, EagerCrossEntropy_TargetsShapeMismatch) {
+  auto st = RunEager2(
+      [](const DeviceMesh& m, int r) -> StatusOr<std::vector<DTensor>> {
+        MF_ASSIGN_OR_RETURN(DTensor logits, Dist(Tensor::Iota(DType::kF32, {4, 5}), m, "S(0)", r));
+        MF_ASSIGN_OR_RETURN(DTensor targets, Dist(Tensor::Zeros(DType::kI32, {3}), m, "R", r));
+        return std::vector<DTensor>{logits, targets};
+      },
+      [](const std::vector<DTensor>& in, MeshComms& comms) {
+        return ops::CrossEntropy(in[0], in[1], ops::LossReduction::kMean, comms).status();
+      });
+  for (const Status& s : st) {
+    EXPECT_ERROR(s, StatusCode::kInvalidArgument, "targets shape [3] must be the logits shape [4,5] without its last dim");
+  }
+}
+
+TEST(ErrorsTest, EagerLayerNorm_WeightShapeMismatch) {
+  auto st = RunEager2(
+      [](const DeviceMesh& m, int r) -> StatusOr<std::vector<DTensor>> {
+        MF_ASSIGN_OR_RETURN(DTensor x, Dist(Tensor::Iota(DType::kF32, {4, 6}), m, "S(0)", r));
+        MF_ASSIGN_OR_RETURN(DTensor w, Dist(Tensor::Iota(DType::kF32, {5}), m, "R", r));
+        return std::vector<DTensor>{x, w};
+      },
+      [](const std::vector<DTensor>& in, MeshComms& comms) {
+        return ops::LayerNorm(in[0], /*normalized_ndim=*/1, &in[1], /*bias=*/nullptr, 1e-5, comms).status();
+      });
+  for (const Status& s : st) {
+    EXPECT_ERROR(s, StatusCode::kInvalidArgument, "layer_norm: weight shape [5] differs from the normalized dims [6]");
+  }
+}
+
+// ---- Graph, propagation and programs ----
+
+TEST(ErrorsTest, GraphInput_DuplicateName) {
+  ops::Graph g(Mesh({2}));
+  ASSERT_TRUE(g.Input("x", {4, 2}, DType::kF32).ok());
+  EXPECT_ERROR(g.Param("x", {2}, DType::kF32), StatusCode::kInvalidArgument, "duplicate value name 'x'");
+}
+
+TEST(ErrorsTest, GraphApply_UnknownValueId) {
+  ops::Graph g(Mesh({2}));
+  const ops::ValueId x = *g.Input("x", {4, 2}, DType::kF32);
+  EXPECT_ERROR(g.Apply(ops::OpSpec::Binary(ops::BinaryOp::kAdd), {x, 7}, "y"), StatusCode::kInvalidArgument,
+               "unknown value id 7 (graph has 1 values)");
+}
+
+TEST(ErrorsTest, GraphAnnotate_LayoutShapeMismatch) {
+  const DeviceMesh m = Mesh({2});
+  ops::Graph g(m);
+  const ops::ValueId x = *g.Input("x", {4, 2}, DType::kF32);
+  EXPECT_ERROR(g.Annotate(x, MakeLayout({4, 3}, m, "S(0)")), StatusCode::kInvalidArgument,
+               "layout shape [4,3] != value shape [4,2]");
+}
+
+TEST(ErrorsTest, GraphAnnotate_ConflictingAnnotation) {
+  ops::Graph g(Mesh({2}));
+  const ops::ValueId x = *g.Input("x", {4, 2}, DType::kF32);
+  ASSERT_TRUE(g.Annotate(x, "S(0)").ok());
+  EXPECT_ERROR(g.Annotate(x, "S(1)"), StatusCode::kInvalidArgument, "already annotated S(0), now S(1)");
+}
+
+TEST(ErrorsTest, GraphMarkOutput_Twice) {
+  ops::Graph g(Mesh({2}));
+  const ops::ValueId x = *g.Input("x", {4, 2}, DType::kF32);
+  const ops::ValueId y = *g.Apply(ops::OpSpec::Unary(ops::UnaryOp::kNeg), {x}, "y");
+  ASSERT_TRUE(g.MarkOutput(y).ok());
+  EXPECT_ERROR(g.MarkOutput(y), StatusCode::kInvalidArgument, "value 'y' is already an output");
+}
+
+// A compiled program y = neg(x), x: f32[4,2], on a 2-rank mesh.
+ops::Program NegProgram(const DeviceMesh& m) {
+  ops::Graph g(m);
+  const ops::ValueId x = *g.Input("x", {4, 2}, DType::kF32);
+  EXPECT_TRUE(g.MarkOutput(*g.Apply(ops::OpSpec::Unary(ops::UnaryOp::kNeg), {x}, "y")).ok());
+  StatusOr<ops::Program> p = ops::Compile(g);
+  EXPECT_TRUE(p.ok()) << p.status();
+  return *std::move(p);
+}
+
+TEST(ErrorsTest, ProgramExecute_WrongInputCount) {
+  const DeviceMesh m = Mesh({2});
+  const ops::Program p = NegProgram(m);
+  std::vector<Status> st = RunRanks(2, [&](Communicator& c) -> Status {
+    MF_ASSIGN_OR_RETURN(MeshComms comms, MeshComms::Create(c, m));
+    return ops::Execute(p, comms, {}).status();
+  });
+  for (const Status& s : st) EXPECT_ERROR(s, StatusCode::kInvalidArgument, "execute: expected 1 inputs, got 0");
+}
+
+TEST(ErrorsTest, ProgramExecute_WrongInputShape) {
+  const DeviceMesh m = Mesh({2});
+  const ops::Program p = NegProgram(m);
+  std::vector<Status> st = RunRanks(2, [&](Communicator& c) -> Status {
+    MF_ASSIGN_OR_RETURN(MeshComms comms, MeshComms::Create(c, m));
+    MF_ASSIGN_OR_RETURN(DTensor x, Dist(Tensor::Iota(DType::kF32, {4, 3}), m, "S(0)", c.world_rank()));
+    return ops::Execute(p, comms, std::span<const DTensor>(&x, 1)).status();
+  });
+  for (const Status& s : st) EXPECT_ERROR(s, StatusCode::kInvalidArgument, "input 'x' is f32[4,3], expected f32[4,2]");
+}
+
+
+TEST(ErrorsTest, Compile_NonPositiveBandwidth) {
+  ops::Graph g(Mesh({2}));
+  const ops::ValueId x = *g.Input("x", {4, 2}, DType::kF32);
+  const ops::ValueId w = *g.Param("w", {2, 6}, DType::kF32);
+  ASSERT_TRUE(g.MarkOutput(*g.Apply(ops::OpSpec::Matmul(), {x, w}, "y")).ok());
+  ops::PropagationOptions o;
+  o.topology.intra_dims = std::vector<int>{};
+  o.topology.bw_inter_gbps = 0;
+  EXPECT_ERROR(ops::Compile(g, o), StatusCode::kInvalidArgument, "topology bw_inter=0 must be > 0");
+  EXPECT_ERROR(ops::Propagate(g, o), StatusCode::kInvalidArgument, "topology bw_inter=0 must be > 0");
 }
 
 // ---- dtplan CLI (exit code 2 and a message on bad input) ----
