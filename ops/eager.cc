@@ -6,16 +6,13 @@
 #include <tuple>
 
 #include "collectives/executor.h"
+#include "dtensor/layout.h"
 #include "ops/kernels.h"
 #include "ops/shape_util.h"
 #include "planner/cost_model.h"
 
 namespace meshflow::ops {
 namespace {
-
-inline void Mix(uint64_t& h, uint64_t v) {
-  h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
-}
 
 // The op without alpha (alpha does not change the strategy). Field by field: this runs on every
 // cache hit.
@@ -244,37 +241,28 @@ StatusOr<Tensor> RunKernel(const OpSpec& op, std::span<const Tensor* const> x, c
 
 uint64_t DispatchCache::Hash(const OpSpec& op, std::span<const DTensor* const> inputs) {
   uint64_t h = static_cast<uint64_t>(op.kind) * 1000003u;
-  Mix(h, static_cast<uint64_t>(op.binary));
-  Mix(h, static_cast<uint64_t>(op.unary));
-  Mix(h, static_cast<uint64_t>(op.reduce));
-  for (int d : op.dims) Mix(h, static_cast<uint64_t>(d));
-  Mix(h, static_cast<uint64_t>(op.keepdim) * 2 + static_cast<uint64_t>(op.log));
-  Mix(h, static_cast<uint64_t>(op.dim));
+  HashMix(h, static_cast<uint64_t>(op.binary));
+  HashMix(h, static_cast<uint64_t>(op.unary));
+  HashMix(h, static_cast<uint64_t>(op.reduce));
+  for (int d : op.dims) HashMix(h, static_cast<uint64_t>(d));
+  HashMix(h, static_cast<uint64_t>(op.keepdim) * 2 + static_cast<uint64_t>(op.log));
+  HashMix(h, static_cast<uint64_t>(op.dim));
   if (op.kind > OpSpec::Kind::kSoftmax) {
-    for (int d : op.perm) Mix(h, static_cast<uint64_t>(d));
-    for (int64_t d : op.shape) Mix(h, static_cast<uint64_t>(d));
-    Mix(h, static_cast<uint64_t>(op.dim1));
-    Mix(h, static_cast<uint64_t>(op.norm) * 8 + static_cast<uint64_t>(op.has_weight) * 2 +
+    for (int d : op.perm) HashMix(h, static_cast<uint64_t>(d));
+    for (int64_t d : op.shape) HashMix(h, static_cast<uint64_t>(d));
+    HashMix(h, static_cast<uint64_t>(op.dim1));
+    HashMix(h, static_cast<uint64_t>(op.norm) * 8 + static_cast<uint64_t>(op.has_weight) * 2 +
                static_cast<uint64_t>(op.has_bias));
-    Mix(h, static_cast<uint64_t>(op.normalized_ndim));
-    Mix(h, static_cast<uint64_t>(op.num_inputs));
-    Mix(h, static_cast<uint64_t>(op.start));
-    Mix(h, static_cast<uint64_t>(op.end));
-    Mix(h, static_cast<uint64_t>(op.step));
-    Mix(h, static_cast<uint64_t>(op.reduction));
+    HashMix(h, static_cast<uint64_t>(op.normalized_ndim));
+    HashMix(h, static_cast<uint64_t>(op.num_inputs));
+    HashMix(h, static_cast<uint64_t>(op.start));
+    HashMix(h, static_cast<uint64_t>(op.end));
+    HashMix(h, static_cast<uint64_t>(op.step));
+    HashMix(h, static_cast<uint64_t>(op.reduction));
   }
   for (const DTensor* x : inputs) {
-    Mix(h, static_cast<uint64_t>(x->dtype()));
-    const Layout& l = x->layout();
-    for (int64_t s : l.global_shape()) Mix(h, static_cast<uint64_t>(s));
-    Mix(h, 0xabcdu);
-    for (int64_t s : l.mesh().shape()) Mix(h, static_cast<uint64_t>(s));
-    for (const Placement& p : l.placements()) {
-      uint64_t v = p.index() * 64;
-      if (IsShard(p)) v += static_cast<uint64_t>(std::get<Shard>(p).dim);
-      if (IsPartial(p)) v += static_cast<uint64_t>(std::get<Partial>(p).op);
-      Mix(h, v);
-    }
+    HashMix(h, static_cast<uint64_t>(x->dtype()));
+    HashMix(h, HashLayout(x->layout()));
   }
   return h;
 }
