@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "collectives/call_check.h"
 #include "collectives/nccl/cuda_status.h"
 #include "collectives/nccl/device_kernels_launch.h"
 
@@ -14,15 +15,6 @@ static_assert(static_cast<int>(DType::kF32) == 0 && static_cast<int>(DType::kF64
 static_assert(static_cast<int>(ReduceOp::kSum) == 0 && static_cast<int>(ReduceOp::kAvg) == 1 &&
               static_cast<int>(ReduceOp::kMax) == 2 && static_cast<int>(ReduceOp::kMin) == 3);
 
-namespace {
-
-std::string Join(std::span<const int64_t> v) {
-  std::string s = "[";
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
-  return s + "]";
-}
-
-}  // namespace
 
 Status CopyRegionOnDevice(const void* src, std::span<const int64_t> src_shape, std::span<const int64_t> src_offset,
                           void* dst, std::span<const int64_t> dst_shape, std::span<const int64_t> dst_offset,
@@ -30,9 +22,9 @@ Status CopyRegionOnDevice(const void* src, std::span<const int64_t> src_shape, s
   const size_t rank = extent.size();
   if (src_shape.size() != rank || src_offset.size() != rank || dst_shape.size() != rank ||
       dst_offset.size() != rank) {
-    return InvalidArgumentError("CopyRegionOnDevice: ranks differ: src_shape " + Join(src_shape) + ", src_offset " +
-                                Join(src_offset) + ", dst_shape " + Join(dst_shape) + ", dst_offset " +
-                                Join(dst_offset) + ", extent " + Join(extent));
+    return InvalidArgumentError("CopyRegionOnDevice: ranks differ: src_shape " + ListString(src_shape) + ", src_offset " +
+                                ListString(src_offset) + ", dst_shape " + ListString(dst_shape) + ", dst_offset " +
+                                ListString(dst_offset) + ", extent " + ListString(extent));
   }
   if (rank > static_cast<size_t>(kMaxDeviceCopyRank)) {
     return InvalidArgumentError("CopyRegionOnDevice: rank " + std::to_string(rank) + " exceeds " +
@@ -43,9 +35,9 @@ Status CopyRegionOnDevice(const void* src, std::span<const int64_t> src_shape, s
   for (size_t k = 0; k < rank; ++k) {
     if (extent[k] < 0 || src_offset[k] < 0 || dst_offset[k] < 0 || src_shape[k] < 0 || dst_shape[k] < 0) {
       return InvalidArgumentError("CopyRegionOnDevice: negative size or offset at dim " + std::to_string(k) +
-                                  ": src_shape " + Join(src_shape) + ", src_offset " + Join(src_offset) +
-                                  ", dst_shape " + Join(dst_shape) + ", dst_offset " + Join(dst_offset) +
-                                  ", extent " + Join(extent));
+                                  ": src_shape " + ListString(src_shape) + ", src_offset " + ListString(src_offset) +
+                                  ", dst_shape " + ListString(dst_shape) + ", dst_offset " + ListString(dst_offset) +
+                                  ", extent " + ListString(extent));
     }
     total *= extent[k];
   }
@@ -53,9 +45,9 @@ Status CopyRegionOnDevice(const void* src, std::span<const int64_t> src_shape, s
   for (size_t k = 0; k < rank; ++k) {
     if (src_offset[k] + extent[k] > src_shape[k] || dst_offset[k] + extent[k] > dst_shape[k]) {
       return InvalidArgumentError("CopyRegionOnDevice: region outside its tensor at dim " + std::to_string(k) +
-                                  ": src_shape " + Join(src_shape) + ", src_offset " + Join(src_offset) +
-                                  ", dst_shape " + Join(dst_shape) + ", dst_offset " + Join(dst_offset) +
-                                  ", extent " + Join(extent));
+                                  ": src_shape " + ListString(src_shape) + ", src_offset " + ListString(src_offset) +
+                                  ", dst_shape " + ListString(dst_shape) + ", dst_offset " + ListString(dst_offset) +
+                                  ", extent " + ListString(extent));
     }
   }
   if (src == nullptr || dst == nullptr) {
@@ -75,7 +67,7 @@ Status CopyRegionOnDevice(const void* src, std::span<const int64_t> src_shape, s
     a.extent[k] = extent[k];
   }
   return CheckCuda(cuda_launch::LaunchBoxCopy(a, stream), "BoxCopyKernel launch",
-                   "CopyRegionOnDevice (extent " + Join(extent) + ")");
+                   "CopyRegionOnDevice (extent " + ListString(extent) + ")");
 }
 
 Status ReduceOnDevice(const void* in, int n, int64_t stride, int64_t count, void* out, DType dtype, ReduceOp op,

@@ -11,6 +11,7 @@
 #include "collectives/call_check.h"
 #include "collectives/nccl/cuda_status.h"
 #include "collectives/nccl/device_kernels.h"
+#include "dtensor/box.h"
 
 namespace meshflow {
 
@@ -91,11 +92,8 @@ void Pause(int iteration) {
 
 // torch.chunk chunks of `count` over n ranks (AllReduce's reduce-scatter + all-gather).
 std::vector<int64_t> ChunkCounts(int64_t count, int n) {
-  const int64_t chunk = (count + n - 1) / n;
   std::vector<int64_t> c(static_cast<size_t>(n));
-  for (int r = 0; r < n; ++r) {
-    c[static_cast<size_t>(r)] = std::max<int64_t>(0, std::min(count, (r + 1) * chunk) - std::min(count, r * chunk));
-  }
+  for (int r = 0; r < n; ++r) c[static_cast<size_t>(r)] = ChunkOf(Interval{0, count}, n, r).size();
   return c;
 }
 
@@ -252,10 +250,7 @@ void NcclCommunicator::ResetCounters() {
 }
 
 Status NcclCommunicator::Synchronize(cudaStream_t stream, const char* what) {
-  if (comm_ == nullptr || !broken_.ok()) {
-    return AbortedError(Describe(what) + ": the communicator is broken by an earlier error: " + broken_.ToString());
-  }
-  MF_RETURN_IF_ERROR(CheckCudaCall(cudaSetDevice(device_), "cudaSetDevice", what));
+  MF_RETURN_IF_ERROR(Enter(what));
   const Clock::time_point deadline = Clock::now() + options_.timeout;
   auto abort = [&](Status s) -> Status {
     (void)ncclCommAbort(comm_);
@@ -355,7 +350,7 @@ ByteCounters ReduceScatterBytes(std::span<const int64_t> counts, int me, int64_t
   return ByteCounters{(Sum(counts) - mine) * es, (n - 1) * mine * es};
 }
 ByteCounters AllReduceBytes(int64_t count, int n, int me, int64_t es) {
-  const int64_t mine = ChunkCounts(count, n)[static_cast<size_t>(me)];
+  const int64_t mine = ChunkOf(Interval{0, count}, n, me).size();
   const int64_t others = count - mine;
   return ByteCounters{(others + (n - 1) * mine) * es, ((n - 1) * mine + others) * es};
 }
