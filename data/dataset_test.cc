@@ -185,6 +185,18 @@ TEST(RecordShards, UnsupportedVersion) {
   ExpectOpenError(dir, StatusCode::kUnimplemented, "unsupported format version " + std::to_string(kRecordShardVersion + 1));
 }
 
+// A version-1 file (header checksummed with CRC-32, not CRC-32C) is reported as an older version,
+// not as a corrupted header.
+TEST(RecordShards, OldVersionIsUnsupportedNotCorrupt) {
+  const std::string dir = FreshTempDir();
+  const std::string path = WriteOneShard(dir);
+  std::vector<char> bytes = ReadAll(path);
+  const uint32_t v1 = 1;  // little-endian u32 at offset 8, header CRC left stale
+  std::memcpy(bytes.data() + 8, &v1, sizeof(v1));
+  WriteAll(path, bytes);
+  ExpectOpenError(dir, StatusCode::kUnimplemented, "unsupported format version 1 (this reader reads 2)");
+}
+
 TEST(RecordShards, MismatchedShards) {
   const std::string dir = FreshTempDir();
   std::vector<int32_t> v(6);

@@ -104,16 +104,18 @@ StatusOr<RecordShardHeader> DecodeRecordShardHeader(std::span<const std::byte> f
   if (std::memcmp(file.data() + kMagicOff, kRecordShardMagic, 8) != 0) {
     return DataLossError(where + ": corrupted header: bad magic (not a meshflow record shard; expected \"MFRECSHD\")");
   }
-  const uint32_t stored_crc = GetU32(file.data() + kHeaderCrcOff);
-  const uint32_t crc = Crc32c(file.subspan(0, kHeaderCrcOff));
-  if (stored_crc != crc) {
-    return DataLossError(where + ": corrupted header: header CRC-32C is " + Hex32(crc) + ", stored " + Hex32(stored_crc));
-  }
+  // The version before the header checksum: other versions checksum differently (version 1 used
+  // CRC-32) and may lay the header out differently.
   RecordShardHeader h;
   h.version = GetU32(file.data() + kVersionOff);
   if (h.version != kRecordShardVersion) {
     return UnimplementedError(where + ": unsupported format version " + std::to_string(h.version) + " (this reader reads " +
                               std::to_string(kRecordShardVersion) + ")");
+  }
+  const uint32_t stored_crc = GetU32(file.data() + kHeaderCrcOff);
+  const uint32_t crc = Crc32c(file.subspan(0, kHeaderCrcOff));
+  if (stored_crc != crc) {
+    return DataLossError(where + ": corrupted header: header CRC-32C is " + Hex32(crc) + ", stored " + Hex32(stored_crc));
   }
   const uint32_t code = GetU32(file.data() + kDTypeOff);
   static constexpr std::array<DType, 5> kCodes = {DType::kF32, DType::kF64, DType::kBF16, DType::kI32, DType::kI64};
