@@ -4,7 +4,6 @@
 #include <charconv>
 #include <cmath>
 #include <limits>
-#include <sstream>
 #include <string>
 #include <utility>
 
@@ -160,21 +159,16 @@ StatusOr<Topology> ParseTopology(std::string_view text) {
 }
 
 Status Topology::Validate() const {
-  const auto num = [](double v) {
-    std::ostringstream os;
-    os << v;
-    return os.str();
-  };
   for (const auto& [key, v] : {std::pair<const char*, double>{"bw_intra", bw_intra_gbps},
                                std::pair<const char*, double>{"bw_inter", bw_inter_gbps}}) {
     if (!(v > 0) || !std::isfinite(v)) {
-      return InvalidArgumentError("topology " + std::string(key) + "=" + num(v) + " must be > 0 and finite");
+      return InvalidArgumentError("topology " + std::string(key) + "=" + FormatDouble(v) + " must be > 0 and finite");
     }
   }
   for (const auto& [key, v] : {std::pair<const char*, double>{"lat_intra", lat_intra_us},
                                std::pair<const char*, double>{"lat_inter", lat_inter_us}}) {
     if (!(v >= 0) || !std::isfinite(v)) {
-      return InvalidArgumentError("topology " + std::string(key) + "=" + num(v) + " must be >= 0 and finite");
+      return InvalidArgumentError("topology " + std::string(key) + "=" + FormatDouble(v) + " must be >= 0 and finite");
     }
   }
   return Status();

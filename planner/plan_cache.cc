@@ -25,7 +25,7 @@ const PlanCache::Entry* PlanCache::FindLocked(uint64_t hash, const Layout& from,
   auto [begin, end] = plans_.equal_range(hash);
   for (auto it = begin; it != end; ++it) {
     const Entry& e = it->second;
-    if (e.dtype == dtype && e.from == from && e.to == to && e.topo == topo) return &e;
+    if (e.plan->dtype == dtype && e.plan->from == from && e.plan->to == to && e.topo == topo) return &e;
   }
   return nullptr;
 }
@@ -45,7 +45,7 @@ StatusOr<std::shared_ptr<const Plan>> PlanCache::GetOrPlan(const Layout& from, c
   auto value = std::make_shared<const Plan>(std::move(plan));
   std::lock_guard<std::mutex> lock(mu_);
   if (const Entry* e = FindLocked(hash, from, to, dtype, topo)) return e->plan;  // another thread won
-  plans_.emplace(hash, Entry{from, to, dtype, topo, value});
+  plans_.emplace(hash, Entry{topo, value});
   return value;
 }
 

@@ -51,11 +51,8 @@ class PlanCache {
 
  private:
   struct Entry {
-    Layout from;
-    Layout to;
-    DType dtype;
     Topology topo;
-    std::shared_ptr<const Plan> plan;
+    std::shared_ptr<const Plan> plan;  // holds the key's from, to and dtype
   };
   // The entry for the key, or null. Requires mu_.
   const Entry* FindLocked(uint64_t hash, const Layout& from, const Layout& to, DType dtype,

@@ -624,17 +624,11 @@ Status MpiCommunicator::AllReduce(const void* send, void* recv, int64_t count, D
     std::vector<const void*> inputs(static_cast<size_t>(n));
     for (int r = 0; r < n; ++r) inputs[static_cast<size_t>(r)] = staged + r * mine * es;
     std::byte* own = static_cast<std::byte*>(NonNull(recv)) + begin(rank_) * es;
-    if (own_direct) {
-      // Block-wise reduction reads every input of a block before writing it, so own may equal
-      // inputs[rank_] (send == recv).
-      inputs[static_cast<size_t>(rank_)] = static_cast<const std::byte*>(send) + begin(rank_) * es;
-      MF_RETURN_IF_ERROR(ReduceBuffers(inputs, own, mine, dtype, op));
-    } else {
-      inputs[static_cast<size_t>(rank_)] = staged + rank_ * mine * es;  // copied by MPI above
-      std::byte* reduced = call.Stage(mine * es);
-      MF_RETURN_IF_ERROR(ReduceBuffers(inputs, reduced, mine, dtype, op));
-      if (mine > 0) std::memcpy(own, reduced, static_cast<size_t>(mine * es));  // send is no longer read
-    }
+    // Otherwise the own chunk was copied into `staged` by MPI, and send is no longer read. Block-wise
+    // reduction reads every input of a block before writing it, so own may equal inputs[rank_]
+    // (send == recv).
+    if (own_direct) inputs[static_cast<size_t>(rank_)] = static_cast<const std::byte*>(send) + begin(rank_) * es;
+    MF_RETURN_IF_ERROR(ReduceBuffers(inputs, own, mine, dtype, op));
     // 2. All-gather in place: every rank's chunk is already in its recv (every rank passes
     //    MPI_IN_PLACE, as MPI requires of an in-place all-gather).
     MF_RETURN_IF_ERROR(call.Check(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, NonNull(recv), ccounts.data(),
