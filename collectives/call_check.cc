@@ -4,16 +4,6 @@ namespace meshflow {
 
 namespace {
 
-template <typename T>
-std::string ListOf(std::span<const T> v) {
-  std::string s = "[";
-  for (size_t i = 0; i < v.size(); ++i) {
-    if (i > 0) s += ",";
-    s += std::to_string(v[i]);
-  }
-  return s + "]";
-}
-
 Status CheckPeer(const CallSite& site, const std::string& name, int peer) {
   const int n = site.size();
   if (peer < 0 || peer >= n) {
@@ -45,8 +35,6 @@ const char* CollectiveKindName(CollectiveKind k) {
   return "?";
 }
 
-std::string ListString(std::span<const int> v) { return ListOf(v); }
-std::string ListString(std::span<const int64_t> v) { return ListOf(v); }
 
 std::string CallSite::Describe() const {
   return std::string(prefix) + std::string(what) + " on group " + ListString(world_ranks) + " (world ranks)";

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "base/strings.h"  // ListString
 #include "collectives/communicator.h"
 #include "dtensor/dtype.h"
 #include "dtensor/placement.h"
@@ -34,9 +35,6 @@ enum class CollectiveKind : int64_t { kAllGather, kReduceScatter, kAllReduce, kA
 // for a value outside the enum.
 const char* CollectiveKindName(CollectiveKind k);
 
-// "[1,2,3]".
-std::string ListString(std::span<const int> v);
-std::string ListString(std::span<const int64_t> v);
 
 // One call of a group member, as far as the members must agree on it.
 struct CollectiveCall {

@@ -29,6 +29,10 @@ constexpr int64_t DTypeSize(DType t) {
   return 0;
 }
 
+// Floating-point (f32, f64, bf16) / integer (i32, i64) dtypes.
+constexpr bool IsFloatDType(DType t) { return t == DType::kF32 || t == DType::kF64 || t == DType::kBF16; }
+constexpr bool IsIntDType(DType t) { return t == DType::kI32 || t == DType::kI64; }
+
 // "f32", "f64", "bf16", "i32", "i64".
 std::string_view DTypeName(DType t);
 // Accepts the names above (and "float32", "float64", "bfloat16", "int32", "int64").

@@ -6,18 +6,9 @@
 #include <functional>
 #include <sstream>
 
+#include "base/strings.h"
+
 namespace meshflow {
-namespace {
-
-std::string JoinInts(std::span<const int64_t> v) {
-  std::ostringstream os;
-  os << "[";
-  for (size_t i = 0; i < v.size(); ++i) os << (i ? "," : "") << v[i];
-  os << "]";
-  return os.str();
-}
-
-}  // namespace
 
 StatusOr<ShardOrder> NormalizeShardOrder(int tensor_rank, int mesh_ndim, const Placements& placements,
                                          const ShardOrder& shard_order) {
@@ -119,7 +110,7 @@ StatusOr<Layout> Layout::Create(std::vector<int64_t> global_shape, DeviceMesh me
                                 ShardOrder shard_order) {
   for (size_t d = 0; d < global_shape.size(); ++d) {
     if (global_shape[d] < 0) {
-      return InvalidArgumentError("global shape " + JoinInts(global_shape) + " has negative size at dim " +
+      return InvalidArgumentError("global shape " + ListString(global_shape) + " has negative size at dim " +
                                   std::to_string(d));
     }
   }
@@ -129,7 +120,7 @@ StatusOr<Layout> Layout::Create(std::vector<int64_t> global_shape, DeviceMesh me
   int64_t elements = 1;
   for (int64_t s : global_shape) {
     if (s != 0 && s > kMaxLayoutElements / elements) {
-      return InvalidArgumentError("global shape " + JoinInts(global_shape) + " is too large (more than 2^" +
+      return InvalidArgumentError("global shape " + ListString(global_shape) + " is too large (more than 2^" +
                                   std::to_string(kMaxLayoutElementsLog2) + " elements)");
     }
     if (s != 0) elements *= s;
@@ -218,7 +209,7 @@ std::string Layout::PlacementsString() const {
 }
 
 std::string Layout::ToString() const {
-  return PlacementsString() + " on " + mesh_.ToString() + " shape " + JoinInts(global_shape_);
+  return PlacementsString() + " on " + mesh_.ToString() + " shape " + ListString(global_shape_);
 }
 
 uint64_t HashLayout(const Layout& layout) {

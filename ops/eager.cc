@@ -5,6 +5,7 @@
 #include <optional>
 #include <tuple>
 
+#include "base/strings.h"
 #include "collectives/executor.h"
 #include "dtensor/layout.h"
 #include "ops/kernels.h"
@@ -24,15 +25,6 @@ bool SameStructure(const OpSpec& a, const OpSpec& b) {
          a.num_inputs == b.num_inputs && a.start == b.start && a.end == b.end && a.step == b.step &&
          a.reduction == b.reduction;
 }
-
-template <typename T>
-std::string IntList(const std::vector<T>& v) {
-  std::string s = "[";
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
-  return s + "]";
-}
-
-std::string Ints(const std::vector<int>& v) { return IntList(v); }
 
 }  // namespace
 
@@ -141,11 +133,11 @@ std::string OpSpec::ToString() const {
     case Kind::kUnary:
       return std::string(UnaryOpName(unary)) + (unary == UnaryOp::kScale ? "(" + std::to_string(alpha) + ")" : "");
     case Kind::kReduce:
-      return std::string(ReduceKindName(reduce)) + "(dims=" + Ints(dims) + (keepdim ? ",keepdim)" : ")");
+      return std::string(ReduceKindName(reduce)) + "(dims=" + ListString(dims) + (keepdim ? ",keepdim)" : ")");
     case Kind::kSoftmax: return std::string(log ? "log_softmax" : "softmax") + "(dim=" + std::to_string(dim) + ")";
-    case Kind::kPermute: return "permute(" + IntList(perm) + ")";
+    case Kind::kPermute: return "permute(" + ListString(perm) + ")";
     case Kind::kTranspose: return "transpose(" + std::to_string(dim) + "," + std::to_string(dim1) + ")";
-    case Kind::kReshape: return "reshape(" + IntList(shape) + ")";
+    case Kind::kReshape: return "reshape(" + ListString(shape) + ")";
     case Kind::kNorm: {
       char e[32];
       std::snprintf(e, sizeof(e), "%g", eps);
@@ -479,16 +471,13 @@ StatusOr<StrategyChoice> EvaluateStrategy(const OpSpec& op, const ShardingRule& 
 
 namespace {
 
-bool IsFloat(DType t) { return t == DType::kF32 || t == DType::kF64 || t == DType::kBF16; }
-bool IsInt(DType t) { return t == DType::kI32 || t == DType::kI64; }
-
 Status NeedFloat(const OpSpec& op, DType t, std::string_view what) {
-  if (IsFloat(t)) return Status::Ok();
+  if (IsFloatDType(t)) return Status::Ok();
   return UnimplementedError(op.ToString() + ": " + std::string(what) + " dtype " + std::string(DTypeName(t)) +
                             " not supported (f32, f64, bf16 only)");
 }
 Status NeedInt(const OpSpec& op, DType t, std::string_view what) {
-  if (IsInt(t)) return Status::Ok();
+  if (IsIntDType(t)) return Status::Ok();
   return InvalidArgumentError(op.ToString() + ": " + std::string(what) + " dtype " + std::string(DTypeName(t)) +
                               " must be i32 or i64");
 }

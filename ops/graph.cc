@@ -2,16 +2,10 @@
 
 #include <utility>
 
+#include "base/strings.h"
+
 namespace meshflow::ops {
 namespace {
-
-bool IsFloat(DType t) { return t == DType::kF32 || t == DType::kF64 || t == DType::kBF16; }
-
-std::string Shape(const std::vector<int64_t>& s) {
-  std::string out = "[";
-  for (size_t i = 0; i < s.size(); ++i) out += (i ? "," : "") + std::to_string(s[i]);
-  return out + "]";
-}
 
 }  // namespace
 
@@ -43,7 +37,7 @@ Status Graph::CheckName(const std::string& name) const {
 StatusOr<ValueId> Graph::AddLeaf(std::string name, std::vector<int64_t> shape, DType dtype, ValueKind kind) {
   MF_RETURN_IF_ERROR(CheckName(name));
   for (int64_t s : shape) {
-    if (s < 0) return InvalidArgumentError(std::string(ValueKindName(kind)) + " '" + name + "': negative size in shape " + Shape(shape));
+    if (s < 0) return InvalidArgumentError(std::string(ValueKindName(kind)) + " '" + name + "': negative size in shape " + ListString(shape));
   }
   const ValueId id = static_cast<ValueId>(values_.size());
   values_.push_back(Value{std::move(name), std::move(shape), dtype, kind, -1});
@@ -74,7 +68,7 @@ StatusOr<ValueId> Graph::Apply(const OpSpec& op, std::vector<ValueId> operands, 
   std::optional<DType> float_type;
   for (ValueId v : operands) {
     const DType t = value(v).dtype;
-    if (!IsFloat(t)) continue;
+    if (!IsFloatDType(t)) continue;
     if (float_type && *float_type != t) {
       return InvalidArgumentError(where + ": operand dtypes differ (" + args + ")");
     }
@@ -100,8 +94,8 @@ Status Graph::Annotate(ValueId v, const Layout& layout) {
                                 ", graph on " + mesh_.ToString());
   }
   if (layout.global_shape() != val.shape) {
-    return InvalidArgumentError("annotation of '" + val.name + "': layout shape " + Shape(layout.global_shape()) +
-                                " != value shape " + Shape(val.shape));
+    return InvalidArgumentError("annotation of '" + val.name + "': layout shape " + ListString(layout.global_shape()) +
+                                " != value shape " + ListString(val.shape));
   }
   std::optional<Layout>& slot = annotations_[static_cast<size_t>(v)];
   if (slot && !(*slot == layout)) {
@@ -156,7 +150,7 @@ std::vector<std::vector<int>> Graph::Consumers() const {
 }
 
 std::string Graph::TypeString(ValueId v) const {
-  return std::string(DTypeName(value(v).dtype)) + Shape(value(v).shape);
+  return std::string(DTypeName(value(v).dtype)) + ListString(value(v).shape);
 }
 
 std::string Graph::ToString() const {
@@ -189,7 +183,7 @@ StatusOr<std::vector<Tensor>> EvaluateReference(const Graph& graph, const std::v
     const ValueId v = graph.inputs()[i];
     if (inputs[i].shape() != graph.value(v).shape || inputs[i].dtype() != graph.value(v).dtype) {
       return InvalidArgumentError("reference: input '" + graph.value(v).name + "' is " +
-                                  std::string(DTypeName(inputs[i].dtype())) + Shape(inputs[i].shape()) +
+                                  std::string(DTypeName(inputs[i].dtype())) + ListString(inputs[i].shape()) +
                                   ", expected " + graph.TypeString(v));
     }
     vals[static_cast<size_t>(v)] = inputs[i];

@@ -31,12 +31,10 @@ Tensor ToBF16(const Tensor& x) {
 }
 
 Status CheckFloat(std::string_view op, DType t) {
-  if (t == DType::kF32 || t == DType::kF64 || t == DType::kBF16) return Status::Ok();
+  if (IsFloatDType(t)) return Status::Ok();
   return UnimplementedError(std::string(op) + ": dtype " + std::string(DTypeName(t)) +
                             " not supported (f32, f64, bf16 only)");
 }
-
-bool IsInt(DType t) { return t == DType::kI32 || t == DType::kI64; }
 
 // Two's-complement negation (no UB on the minimum value).
 template <typename T>
@@ -307,7 +305,7 @@ StatusOr<Tensor> MatmulKernel(const Tensor& a, const Tensor& b) {
 }
 
 StatusOr<Tensor> BinaryKernel(BinaryOp op, const Tensor& a, const Tensor& b) {
-  if (op != BinaryOp::kDiv && IsInt(a.dtype()) && a.dtype() == b.dtype()) {
+  if (op != BinaryOp::kDiv && IsIntDType(a.dtype()) && a.dtype() == b.dtype()) {
     MF_ASSIGN_OR_RETURN(std::vector<int64_t> out, BroadcastShapes(BinaryOpName(op), a.shape(), b.shape()));
     if (a.dtype() == DType::kI32) return BinaryT<int32_t>(op, a, b, out);
     return BinaryT<int64_t>(op, a, b, out);
@@ -576,7 +574,7 @@ Tensor CrossEntropyT(const Tensor& logits, const Tensor& targets, LossReduction 
 StatusOr<Tensor> CrossEntropyImpl(const Tensor& logits, const Tensor& targets, LossReduction reduction,
                                   int64_t mean_count, const VocabShard* vocab) {
   MF_RETURN_IF_ERROR(CheckFloat("cross_entropy", logits.dtype()));
-  if (!IsInt(targets.dtype())) {
+  if (!IsIntDType(targets.dtype())) {
     return InvalidArgumentError("cross_entropy: targets dtype " + std::string(DTypeName(targets.dtype())) +
                                 " must be i32 or i64");
   }
@@ -640,7 +638,7 @@ StatusOr<Tensor> NormKernel(NormKind kind, const Tensor& x, int normalized_ndim,
 
 StatusOr<Tensor> EmbeddingKernel(const Tensor& table, const Tensor& ids, int64_t row_offset, int64_t global_rows) {
   if (table.rank() != 2) return EmbeddingRule(table.shape(), ids.shape()).status();
-  if (!IsInt(ids.dtype())) {
+  if (!IsIntDType(ids.dtype())) {
     return InvalidArgumentError("embedding: ids dtype " + std::string(DTypeName(ids.dtype())) +
                                 " must be i32 or i64");
   }

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <utility>
 
+#include "base/strings.h"
 #include "collectives/dtensor_api.h"
 #include "collectives/executor.h"
 
@@ -14,12 +15,6 @@ std::string Fixed(double v, int digits) {
   char buf[64];
   std::snprintf(buf, sizeof(buf), "%.*f", digits, v);
   return buf;
-}
-
-std::string Ints(const std::vector<int>& v) {
-  std::string s = "[";
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
-  return s + "]";
 }
 
 std::string Pad(std::string s, size_t w) {
@@ -171,7 +166,7 @@ std::string ProgramToText(const Program& program) {
            (colls == 1 ? " collective, " : " collectives, ") + std::to_string(plan.max_bytes_received_per_rank) +
            " B/rank, " + Fixed(plan.modelled_us, 3) + " us\n";
     for (const PlanStep& s : plan.steps) {
-      out += "         " + Pad(std::string(StepKindName(s.kind)), 15) + " mesh_dims=" + Pad(Ints(s.mesh_dims), 6) +
+      out += "         " + Pad(std::string(StepKindName(s.kind)), 15) + " mesh_dims=" + Pad(ListString(s.mesh_dims), 6) +
              " tensor_dim=" + Pad(TensorDims(s), 5) + " bytes/rank=" + Pad(std::to_string(s.bytes_per_rank), 8) + " " +
              Fixed(s.modelled_us, 3) + " us  " + s.from.PlacementsString() + " -> " + s.to.PlacementsString() + "\n";
     }

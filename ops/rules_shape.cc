@@ -3,17 +3,12 @@
 #include <algorithm>
 #include <string>
 
+#include "base/strings.h"
 #include "ops/shape_util.h"
 #include "ops/sharding_rule.h"
 
 namespace meshflow::ops {
 namespace {
-
-std::string Ints(std::span<const int> v) {
-  std::string s = "[";
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
-  return s + "]";
-}
 
 // {P(op), ..., P(op)} -> P(op) for every reduce op: right for ops that only move / select
 // elements (each output element is one input element, or a fixed zero).
@@ -47,7 +42,7 @@ StatusOr<std::vector<int>> TransposePerm(int rank, int d0, int d1) {
 StatusOr<ShardingRule> PermuteRule(std::span<const int64_t> x, std::span<const int> perm) {
   const int rank = static_cast<int>(x.size());
   if (static_cast<int>(perm.size()) != rank) {
-    return InvalidArgumentError("permute: perm " + Ints(perm) + " has " + std::to_string(perm.size()) +
+    return InvalidArgumentError("permute: perm " + ListString(perm) + " has " + std::to_string(perm.size()) +
                                 " entries for shape " + ShapeString(x));
   }
   ShardingRule r;
@@ -56,7 +51,7 @@ StatusOr<ShardingRule> PermuteRule(std::span<const int64_t> x, std::span<const i
   for (int p : perm) {
     const int d = p < 0 ? p + rank : p;
     if (d < 0 || d >= rank || seen[d]) {
-      return InvalidArgumentError("permute: perm " + Ints(perm) + " is not a permutation of the dims of shape " +
+      return InvalidArgumentError("permute: perm " + ListString(perm) + " is not a permutation of the dims of shape " +
                                   ShapeString(x) + " (bad entry " + std::to_string(p) + ")");
     }
     seen[d] = true;

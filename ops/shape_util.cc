@@ -2,13 +2,11 @@
 
 #include <algorithm>
 
+#include "base/strings.h"
+
 namespace meshflow::ops {
 
-std::string ShapeString(std::span<const int64_t> s) {
-  std::string out = "[";
-  for (size_t i = 0; i < s.size(); ++i) out += (i ? "," : "") + std::to_string(s[i]);
-  return out + "]";
-}
+std::string ShapeString(std::span<const int64_t> s) { return ListString(s); }
 
 StatusOr<std::vector<int64_t>> BroadcastShapes(std::string_view op, std::span<const int64_t> a,
                                                std::span<const int64_t> b) {

@@ -8,14 +8,10 @@
 #include <set>
 #include <vector>
 
+#include "base/strings.h"
+
 namespace meshflow {
 namespace {
-
-std::string Ints(const std::vector<int>& v) {
-  std::string s = "[";
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
-  return s + "]";
-}
 
 std::string Fixed(double v, int digits) {
   char buf[64];
@@ -90,7 +86,7 @@ std::string PlanToText(const Plan& plan) {
   for (size_t i = 0; i < plan.steps.size(); ++i) {
     const PlanStep& s = plan.steps[i];
     out += "  " + std::to_string(i + 1) + ". " + Pad(std::string(StepKindName(s.kind)), 15) + " " +
-           Pad("mesh_dims=" + Ints(s.mesh_dims), 16) + " " + Pad("tensor_dim=" + TensorDims(s), 16) + " " +
+           Pad("mesh_dims=" + ListString(s.mesh_dims), 16) + " " + Pad("tensor_dim=" + TensorDims(s), 16) + " " +
            Pad("bytes/rank=" + std::to_string(s.bytes_per_rank), 16) + " " + Fixed(s.modelled_us, 3) + " us  " +
            s.from.PlacementsString() + " -> " + s.to.PlacementsString() + "\n";
   }
@@ -115,7 +111,7 @@ std::string PlanToJson(const Plan& plan) {
   for (size_t i = 0; i < plan.steps.size(); ++i) {
     const PlanStep& s = plan.steps[i];
     out += i ? "," : "";
-    out += "{\"kind\":" + JsonString(StepKindName(s.kind)) + ",\"mesh_dims\":" + Ints(s.mesh_dims) +
+    out += "{\"kind\":" + JsonString(StepKindName(s.kind)) + ",\"mesh_dims\":" + ListString(s.mesh_dims) +
            ",\"tensor_dim\":" + std::to_string(s.tensor_dim) + ",\"bytes_per_rank\":" +
            std::to_string(s.bytes_per_rank) + "}";
   }
@@ -216,7 +212,7 @@ std::string DrawLayout(const Layout& layout) {
     if (IsPartial(layout.placement(m))) partial_dims.push_back(m);
   }
   if (!partial_dims.empty()) {
-    out += "  Partial(" + std::string(ReduceOpName(*layout.partial_op())) + ") on mesh dims " + Ints(partial_dims) +
+    out += "  Partial(" + std::string(ReduceOpName(*layout.partial_op())) + ") on mesh dims " + ListString(partial_dims) +
            ": each block's value is the reduction over those dims' groups\n";
   }
   if (rank > 0 && any_elements) {

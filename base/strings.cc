@@ -1,0 +1,21 @@
+#include "base/strings.h"
+
+namespace meshflow {
+namespace {
+
+template <typename T>
+std::string ListOf(std::span<const T> v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (i > 0) s += ",";
+    s += std::to_string(v[i]);
+  }
+  return s + "]";
+}
+
+}  // namespace
+
+std::string ListString(std::span<const int> v) { return ListOf(v); }
+std::string ListString(std::span<const int64_t> v) { return ListOf(v); }
+
+}  // namespace meshflow
