@@ -24,8 +24,6 @@ struct RankResult {
   double byte_failures = 0;        // 1 when the bytes received differ from the modelled bytes
 };
 
-bool IsLocal(StepKind k) { return k == StepKind::kLocalSlice || k == StepKind::kLocalPartial; }
-
 std::string Fixed(double v, int digits) {
   char buf[64];
   std::snprintf(buf, sizeof(buf), "%.*f", digits, v);
@@ -46,7 +44,7 @@ std::string CollectivesText(const ops::Program& p) {
     const auto* r = std::get_if<ops::RedistributeStep>(&step);
     if (r == nullptr) continue;
     for (const PlanStep& s : r->plan->steps) {
-      if (IsLocal(s.kind)) continue;
+      if (IsLocalStep(s.kind)) continue;
       out += "  step " + std::to_string(index) + ": " + std::string(StepKindName(s.kind)) + " over " +
              Ints(s.mesh_dims, p.graph.mesh()) + " of " + p.graph.value(r->value).name + " (" +
              s.from.PlacementsString() + " -> " + s.to.PlacementsString() + "), " + std::to_string(s.bytes_per_rank) +

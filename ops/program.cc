@@ -22,11 +22,9 @@ std::string Pad(std::string s, size_t w) {
   return s;
 }
 
-bool IsLocal(StepKind k) { return k == StepKind::kLocalSlice || k == StepKind::kLocalPartial; }
-
 int CountCollectives(const Plan& plan) {
   int n = 0;
-  for (const PlanStep& s : plan.steps) n += IsLocal(s.kind) ? 0 : 1;
+  for (const PlanStep& s : plan.steps) n += IsLocalStep(s.kind) ? 0 : 1;
   return n;
 }
 
@@ -107,7 +105,7 @@ CostReport ReportCost(const Program& program) {
     ++r.redistributions;
     r.modelled_us += plan.modelled_us;
     for (const PlanStep& s : plan.steps) {
-      if (IsLocal(s.kind)) continue;
+      if (IsLocalStep(s.kind)) continue;
       ++r.collectives;
       ++r.collectives_by_kind[std::string(StepKindName(s.kind))];
     }

@@ -83,7 +83,7 @@ StatusOr<Move> MoveCost(const Layout& from, const Layout& to, DType dtype, const
   MF_ASSIGN_OR_RETURN(std::shared_ptr<const Plan> plan, PlanFor(from, to, dtype, options));
   Move m{CostUnits(plan->modelled_us), 0};
   for (const PlanStep& step : plan->steps) {
-    m.collectives += step.kind == StepKind::kLocalSlice || step.kind == StepKind::kLocalPartial ? 0 : 1;
+    m.collectives += IsLocalStep(step.kind) ? 0 : 1;
   }
   return m;
 }

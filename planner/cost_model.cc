@@ -220,7 +220,7 @@ StatusOr<StepModel> ModelStep(const PlanStep& step, DType dtype, const Topology&
                              std::to_string(d) + " of a " + std::to_string(mesh.ndim()) + "-D mesh");
     }
   }
-  if (step.kind == StepKind::kLocalSlice || step.kind == StepKind::kLocalPartial) return out;
+  if (IsLocalStep(step.kind)) return out;
 
   if (step.kind == StepKind::kSendRecv) {
     MF_ASSIGN_OR_RETURN(std::vector<Transfer> transfers, DirectTransfers(step.from, step.to));

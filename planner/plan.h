@@ -35,6 +35,8 @@ enum class StepKind { kAllGather, kReduceScatter, kAllReduce, kAllToAll, kLocalS
 // "all_gather", "reduce_scatter", "all_reduce", "all_to_all", "local_slice", "local_partial",
 // "send_recv".
 std::string_view StepKindName(StepKind kind);
+// True for the steps that need no communication (local slice, local partial).
+constexpr bool IsLocalStep(StepKind kind) { return kind == StepKind::kLocalSlice || kind == StepKind::kLocalPartial; }
 
 struct PlanStep {
   StepKind kind;
