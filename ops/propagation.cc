@@ -90,7 +90,9 @@ StatusOr<Move> MoveCost(const Layout& from, const Layout& to, DType dtype, const
 
 struct Pass {
   const Graph& g;
-  const std::vector<ShardingRule>& rules;
+  // Per node, every strategy of its rule in enumeration order, made concrete once (an error for a
+  // strategy EvaluateStrategy rejects): the same for every pass.
+  const std::vector<std::vector<StatusOr<Candidate>>>& candidates;
   const PropagationOptions& options;
 };
 
@@ -111,9 +113,9 @@ void Backward(const Pass& p, Known known, Settable settable, OptLayouts& pref) {
     const DType dtype = g.value(node.result).dtype;
     std::optional<Candidate> best;
     std::tuple<int64_t, int, int, int, int64_t> best_key;
-    for (const Strategy& s : EnumerateStrategies(p.rules[static_cast<size_t>(n)], g.mesh().ndim())) {
-      StatusOr<Candidate> c = Concretize(g, n, p.rules[static_cast<size_t>(n)], s);
+    for (const StatusOr<Candidate>& c : p.candidates[static_cast<size_t>(n)]) {
       if (!c.ok()) continue;
+      const Strategy& s = c->strategy;
       // Operands first, then the result; a candidate already costlier than the best is dropped
       // before planning more (exact: ties are still evaluated in full).
       Move total;
@@ -146,7 +148,7 @@ void Backward(const Pass& p, Known known, Settable settable, OptLayouts& pref) {
                                                              result_units};
       if (!best || key < best_key) {
         best_key = key;
-        best = std::move(*c);
+        best = *c;
       }
     }
     if (!best) continue;  // no preference: the forward pass reports real errors
@@ -177,12 +179,12 @@ StatusOr<Propagation> Forward(const Pass& p, const OptLayouts& input_layouts, Ta
     std::tuple<int64_t, int, int, int> best_key;
     int64_t best_real = 0;  // operand moves + annotation move (no preference term)
     Status first_error;
-    for (const Strategy& s : EnumerateStrategies(p.rules[n], g.mesh().ndim())) {
-      StatusOr<Candidate> c = Concretize(g, static_cast<int>(n), p.rules[n], s);
+    for (const StatusOr<Candidate>& c : p.candidates[n]) {
       if (!c.ok()) {
         if (first_error.ok()) first_error = c.status();
         continue;
       }
+      const Strategy& s = c->strategy;
       int64_t units = 0;
       int collectives = 0;
       Status err;
@@ -220,7 +222,7 @@ StatusOr<Propagation> Forward(const Pass& p, const OptLayouts& input_layouts, Ta
       if (!best || key < best_key) {
         best_key = key;
         best_real = real;
-        best = std::move(*c);
+        best = *c;
       }
     }
     if (!best) {
@@ -238,16 +240,17 @@ StatusOr<Propagation> Forward(const Pass& p, const OptLayouts& input_layouts, Ta
 
 }  // namespace
 
-
 StatusOr<Propagation> Propagate(const Graph& g, const PropagationOptions& options) {
   MF_RETURN_IF_ERROR(options.topology.Validate().WithContext("propagate"));
   const size_t nv = g.values().size();
-  std::vector<ShardingRule> rules;
+  std::vector<std::vector<StatusOr<Candidate>>> candidates(g.nodes().size());
   for (size_t n = 0; n < g.nodes().size(); ++n) {
     MF_ASSIGN_OR_RETURN(ShardingRule rule, NodeRule(g, static_cast<int>(n)));
-    rules.push_back(std::move(rule));
+    for (const Strategy& s : EnumerateStrategies(rule, g.mesh().ndim())) {
+      candidates[n].push_back(Concretize(g, static_cast<int>(n), rule, s));
+    }
   }
-  const Pass pass{g, rules, options};
+  const Pass pass{g, candidates, options};
   auto annotation_only = [&](ValueId v) { return g.annotation(v); };
 
   // 1. Backward from the annotations: preferences (used for unannotated inputs).
