@@ -25,9 +25,12 @@ def meshflow_fuzz_target(name, deps, size = "small"):
             ":replay_main",
         ],
     )
+    # Built only on request (run_fuzzers.sh names it): in the default config it is the same link
+    # as the _fuzz_test above.
     native.cc_binary(
         name = name + "_fuzzer",
         testonly = True,
+        tags = ["manual"],
         linkopts = select({
             ":fuzzing": ["-fsanitize=fuzzer"],
             "//conditions:default": [],
