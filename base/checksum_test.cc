@@ -1,4 +1,4 @@
-#include "base/checksum.h"
+#include "meshflow/base/checksum.h"
 
 #include <random>
 #include <string>

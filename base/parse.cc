@@ -1,4 +1,4 @@
-#include "base/parse.h"
+#include "meshflow/base/parse.h"
 
 #include <algorithm>
 #include <charconv>

@@ -1,4 +1,7 @@
-#include "base/status.h"
+#include "meshflow/base/status.h"
+
+#include <cstdio>
+#include <cstdlib>
 
 namespace meshflow {
 
@@ -51,5 +54,13 @@ Status AbortedError(std::string m) { return Status(StatusCode::kAborted, std::mo
 Status DataLossError(std::string m) { return Status(StatusCode::kDataLoss, std::move(m)); }
 Status InternalError(std::string m) { return Status(StatusCode::kInternal, std::move(m)); }
 Status UnavailableError(std::string m) { return Status(StatusCode::kUnavailable, std::move(m)); }
+
+namespace internal_status {
+void DieOnValueOfError(const Status& status) {
+  std::fprintf(stderr, "StatusOr::value() on an error: %s\n", status.ToString().c_str());
+  std::fflush(stderr);
+  std::abort();
+}
+}  // namespace internal_status
 
 }  // namespace meshflow

@@ -12,7 +12,6 @@
 #ifndef MESHFLOW_BASE_STATUS_H_
 #define MESHFLOW_BASE_STATUS_H_
 
-#include <cassert>
 #include <optional>
 #include <ostream>
 #include <string>
@@ -75,6 +74,11 @@ Status DataLossError(std::string message);
 Status InternalError(std::string message);
 Status UnavailableError(std::string message);
 
+namespace internal_status {
+// Prints "StatusOr::value() on an error: <status>" to stderr and aborts.
+[[noreturn]] void DieOnValueOfError(const Status& status);
+}  // namespace internal_status
+
 // Either a value of type T or a non-OK Status.
 template <typename T>
 class [[nodiscard]] StatusOr {
@@ -94,17 +98,18 @@ class [[nodiscard]] StatusOr {
   bool ok() const { return value_.has_value(); }
   const Status& status() const { return status_; }
 
-  // Precondition: ok(). Checked by assert in debug builds.
+  // Precondition: ok(). Checked in every build mode: on an error, value() (and *, ->) prints
+  // "StatusOr::value() on an error: <status>" to stderr and aborts, never undefined behaviour.
   const T& value() const& {
-    assert(ok());
+    CheckValue();
     return *value_;
   }
   T& value() & {
-    assert(ok());
+    CheckValue();
     return *value_;
   }
   T&& value() && {
-    assert(ok());
+    CheckValue();
     return std::move(*value_);
   }
   const T& operator*() const& { return value(); }
@@ -114,6 +119,10 @@ class [[nodiscard]] StatusOr {
   T* operator->() { return &value(); }
 
  private:
+  void CheckValue() const {
+    if (!ok()) [[unlikely]] internal_status::DieOnValueOfError(status_);
+  }
+
   Status status_;
   std::optional<T> value_;
 };

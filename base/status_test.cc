@@ -1,4 +1,4 @@
-#include "base/status.h"
+#include "meshflow/base/status.h"
 
 #include <memory>
 #include <string>
@@ -36,6 +36,18 @@ TEST(StatusOrTest, OkStatusWithoutValueBecomesInternal) {
   StatusOr<int> e = Status();
   EXPECT_FALSE(e.ok());
   EXPECT_EQ(e.status().code(), StatusCode::kInternal);
+}
+
+// value() on an error aborts with the status in every build mode (it was an assert, i.e.
+// undefined behaviour in opt builds); so do operator* and operator->.
+TEST(StatusOrDeathTest, ValueOfErrorAbortsWithTheStatus) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  const StatusOr<int> e = OutOfRangeError("rank 9 of 4");
+  EXPECT_DEATH((void)e.value(), "StatusOr::value\\(\\) on an error: OUT_OF_RANGE: rank 9 of 4");
+  StatusOr<std::string> s = NotFoundError("no file /x");
+  EXPECT_DEATH((void)*s, "on an error: NOT_FOUND: no file /x");
+  EXPECT_DEATH((void)s->size(), "on an error: NOT_FOUND: no file /x");
+  EXPECT_DEATH((void)std::move(s).value(), "on an error: NOT_FOUND: no file /x");
 }
 
 TEST(StatusOrTest, MoveOnlyValue) {

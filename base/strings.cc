@@ -1,4 +1,4 @@
-#include "base/strings.h"
+#include "meshflow/base/strings.h"
 
 namespace meshflow {
 namespace {

@@ -27,10 +27,10 @@
 #include <string>
 #include <vector>
 
-#include "checkpoint/checkpoint.h"
-#include "collectives/mesh_comms.h"
-#include "collectives/threads_world.h"
-#include "dtensor/dtensor.h"
+#include "meshflow/checkpoint/checkpoint.h"
+#include "meshflow/collectives/mesh_comms.h"
+#include "meshflow/collectives/threads/threads_world.h"
+#include "meshflow/dtensor/dtensor.h"
 
 namespace meshflow {
 namespace {

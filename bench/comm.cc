@@ -72,23 +72,23 @@
 #include <string_view>
 #include <vector>
 
-#include "base/parse.h"
-#include "base/status.h"
-#include "collectives/communicator.h"
-#include "collectives/dtensor_api.h"
-#include "collectives/executor.h"
-#include "collectives/mesh_comms.h"
+#include "meshflow/base/parse.h"
+#include "meshflow/base/status.h"
+#include "meshflow/collectives/communicator.h"
+#include "meshflow/collectives/dtensor_api.h"
+#include "meshflow/collectives/executor.h"
+#include "meshflow/collectives/mesh_comms.h"
 #if !defined(MESHFLOW_COMM_NO_MPI)
-#include "collectives/mpi/mpi_communicator.h"
+#include "meshflow/collectives/mpi/mpi_communicator.h"
 #endif
 #if defined(MESHFLOW_COMM_WITH_NCCL)
-#include "collectives/nccl/cuda_status.h"
-#include "collectives/nccl/nccl_communicator.h"
+#include "meshflow/cuda/cuda_status.h"
+#include "meshflow/collectives/nccl/nccl_communicator.h"
 #endif
-#include "collectives/threads_world.h"
-#include "dtensor/dtensor.h"
-#include "dtensor/dtype.h"
-#include "dtensor/placement.h"
+#include "meshflow/collectives/threads/threads_world.h"
+#include "meshflow/dtensor/dtensor.h"
+#include "meshflow/dtensor/dtype.h"
+#include "meshflow/dtensor/placement.h"
 
 namespace meshflow {
 namespace {

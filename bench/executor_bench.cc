@@ -13,11 +13,11 @@
 #include <memory>
 #include <vector>
 
-#include "collectives/dtensor_api.h"
-#include "collectives/executor.h"
-#include "collectives/mesh_comms.h"
-#include "collectives/threads_world.h"
-#include "dtensor/dtensor.h"
+#include "meshflow/collectives/dtensor_api.h"
+#include "meshflow/collectives/executor.h"
+#include "meshflow/collectives/mesh_comms.h"
+#include "meshflow/collectives/threads/threads_world.h"
+#include "meshflow/dtensor/dtensor.h"
 
 namespace meshflow {
 namespace {

@@ -12,13 +12,13 @@
 //   bazel run -c opt //bench:ops_bench
 #include <benchmark/benchmark.h>
 
-#include "collectives/dtensor_api.h"
-#include "collectives/mesh_comms.h"
-#include "collectives/threads_world.h"
-#include "ops/eager.h"
-#include "ops/kernels.h"
+#include "meshflow/collectives/dtensor_api.h"
+#include "meshflow/collectives/mesh_comms.h"
+#include "meshflow/collectives/threads/threads_world.h"
+#include "meshflow/ops/eager.h"
+#include "meshflow/ops/kernels.h"
 
-namespace meshflow::ops {
+namespace meshflow {
 namespace {
 
 OpSpec SpecFor(int which) {
@@ -124,6 +124,6 @@ void BM_PlanCacheLookup(benchmark::State& state) {
 BENCHMARK(BM_PlanCacheLookup);
 
 }  // namespace
-}  // namespace meshflow::ops
+}  // namespace meshflow
 
 BENCHMARK_MAIN();

@@ -6,10 +6,10 @@
 #include <string>
 #include <vector>
 
-#include "planner/cost_model.h"
-#include "planner/greedy_reference.h"
-#include "planner/plan_cache.h"
-#include "planner/search.h"
+#include "meshflow/planner/cost_model.h"
+#include "meshflow/planner/greedy_reference.h"
+#include "meshflow/planner/plan_cache.h"
+#include "meshflow/planner/search.h"
 
 namespace meshflow {
 namespace {

@@ -1,4 +1,4 @@
-#include "checkpoint/checkpoint.h"
+#include "meshflow/checkpoint/checkpoint.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -14,8 +14,8 @@
 #include <random>
 #include <set>
 
-#include "base/checksum.h"
-#include "collectives/dtensor_api.h"
+#include "meshflow/base/checksum.h"
+#include "meshflow/collectives/dtensor_api.h"
 
 namespace meshflow {
 namespace {

@@ -47,11 +47,11 @@
 #include <utility>
 #include <vector>
 
-#include "base/status.h"
-#include "checkpoint/format.h"
-#include "collectives/mesh_comms.h"
-#include "dtensor/dtensor.h"
-#include "dtensor/layout.h"
+#include "meshflow/base/status.h"
+#include "meshflow/checkpoint/format.h"
+#include "meshflow/collectives/mesh_comms.h"
+#include "meshflow/dtensor/dtensor.h"
+#include "meshflow/dtensor/layout.h"
 
 namespace meshflow {
 

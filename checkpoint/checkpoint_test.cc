@@ -4,7 +4,7 @@
 // built with Distribute from known globals, so a load on any mesh must give, bit for bit, the
 // target layout's local part of the same global (with the Replicate -> Partial rule for Partial
 // targets). Values are small integers, exact in every dtype (including bf16 and Partial sums).
-#include "checkpoint/checkpoint.h"
+#include "meshflow/checkpoint/checkpoint.h"
 
 #include <cstdlib>
 #include <filesystem>
@@ -17,11 +17,11 @@
 
 #include <gtest/gtest.h>
 
-#include "base/checksum.h"
-#include "checkpoint/format.h"
-#include "collectives/mesh_comms.h"
-#include "collectives/threads_world.h"
-#include "dtensor/dtensor.h"
+#include "meshflow/base/checksum.h"
+#include "meshflow/checkpoint/format.h"
+#include "meshflow/collectives/mesh_comms.h"
+#include "meshflow/collectives/threads/threads_world.h"
+#include "meshflow/dtensor/dtensor.h"
 
 namespace meshflow {
 namespace {

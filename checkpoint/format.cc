@@ -1,11 +1,11 @@
-#include "checkpoint/format.h"
+#include "meshflow/checkpoint/format.h"
 
 #include <bit>
 #include <cstdio>
 #include <cstring>
 #include <set>
 
-#include "base/checksum.h"
+#include "meshflow/base/checksum.h"
 
 namespace meshflow {
 namespace {

@@ -23,9 +23,9 @@
 #include <string_view>
 #include <vector>
 
-#include "base/status.h"
-#include "dtensor/box.h"
-#include "dtensor/dtype.h"
+#include "meshflow/base/status.h"
+#include "meshflow/dtensor/box.h"
+#include "meshflow/dtensor/dtype.h"
 
 namespace meshflow {
 

@@ -1,11 +1,11 @@
-#include "checkpoint/format.h"
+#include "meshflow/checkpoint/format.h"
 
 #include <cstring>
 #include <string>
 
 #include <gtest/gtest.h>
 
-#include "base/checksum.h"
+#include "meshflow/base/checksum.h"
 
 namespace meshflow {
 namespace {

@@ -1,4 +1,4 @@
-// Checks shared by the Communicator backends (collectives/threads_world.h, collectives/mpi/): the
+// Checks shared by the Communicator backends (collectives/threads/threads_world.h, collectives/mpi/): the
 // local argument checks of one call (InvalidArgument) and the cross-rank check that every member of a
 // group made the same collective call with agreeing arguments (FailedPrecondition). Keeping them here
 // gives every backend the same verdicts and the same messages.
@@ -20,11 +20,11 @@
 #include <string_view>
 #include <vector>
 
-#include "base/status.h"
-#include "base/strings.h"  // ListString
-#include "collectives/communicator.h"
-#include "dtensor/dtype.h"
-#include "dtensor/placement.h"
+#include "meshflow/base/status.h"
+#include "meshflow/base/strings.h"  // ListString
+#include "meshflow/collectives/communicator.h"
+#include "meshflow/dtensor/dtype.h"
+#include "meshflow/dtensor/placement.h"
 
 namespace meshflow {
 

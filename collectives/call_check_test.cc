@@ -1,4 +1,4 @@
-#include "collectives/call_check.h"
+#include "meshflow/collectives/call_check.h"
 
 #include <string>
 #include <vector>

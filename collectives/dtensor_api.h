@@ -7,37 +7,18 @@
 //   MF_ASSIGN_OR_RETURN(DTensor y, Redistribute(x, target_layout, comms));   // optimal plan
 //   MF_ASSIGN_OR_RETURN(Tensor full, FullTensor(y, comms));                  // every rank
 //
-// Plans come from a process-wide PlanCache keyed on (layouts, shape, dtype, topology), so the
-// steady-state cost of Redistribute is one cache lookup plus the collectives.
+// Plans come from PlanFor (planner/planner.h): with the optimal planner, a process-wide PlanCache
+// keyed on (layouts, shape, dtype, topology), so the steady-state cost of Redistribute is one
+// cache lookup plus the collectives.
 #ifndef MESHFLOW_COLLECTIVES_DTENSOR_API_H_
 #define MESHFLOW_COLLECTIVES_DTENSOR_API_H_
 
-#include <memory>
-#include <string>
-
-#include "base/status.h"
-#include "collectives/mesh_comms.h"
-#include "dtensor/dtensor.h"
-#include "planner/cost_model.h"
-#include "planner/plan.h"
-#include "planner/plan_cache.h"
+#include "meshflow/base/status.h"
+#include "meshflow/collectives/mesh_comms.h"
+#include "meshflow/dtensor/dtensor.h"
+#include "meshflow/planner/planner.h"
 
 namespace meshflow {
-
-enum class PlannerKind { kOptimal, kGreedy, kDirect };
-
-std::string_view PlannerKindName(PlannerKind kind);  // "optimal", "greedy", "direct"
-StatusOr<PlannerKind> ParsePlannerKind(std::string_view s);
-
-struct RedistributeOptions {
-  Topology topology;                        // cost model constants (documented defaults)
-  PlannerKind planner = PlannerKind::kOptimal;
-  PlanCache* cache = nullptr;               // nullptr: the process-wide cache (optimal only)
-};
-
-// The plan for from -> to (cached for the optimal planner). Errors: see PlanRedistribution.
-StatusOr<std::shared_ptr<const Plan>> PlanFor(const Layout& from, const Layout& to, DType dtype,
-                                              const RedistributeOptions& options = {});
 
 // Collective: every rank of the mesh calls it with its part of the same DTensor. Errors: target
 // on another mesh or shape; planner errors (e.g. Partial -> other Partial); communicator errors.

@@ -1,9 +1,9 @@
-#include "collectives/executor.h"
+#include "meshflow/collectives/executor.h"
 
 #include <algorithm>
 #include <sstream>
 
-#include "planner/direct.h"
+#include "meshflow/planner/direct.h"
 
 namespace meshflow {
 namespace {

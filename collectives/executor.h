@@ -10,10 +10,10 @@
 #ifndef MESHFLOW_COLLECTIVES_EXECUTOR_H_
 #define MESHFLOW_COLLECTIVES_EXECUTOR_H_
 
-#include "base/status.h"
-#include "collectives/mesh_comms.h"
-#include "dtensor/tensor.h"
-#include "planner/plan.h"
+#include "meshflow/base/status.h"
+#include "meshflow/collectives/mesh_comms.h"
+#include "meshflow/dtensor/tensor.h"
+#include "meshflow/planner/plan.h"
 
 namespace meshflow {
 

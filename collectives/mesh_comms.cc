@@ -1,4 +1,4 @@
-#include "collectives/mesh_comms.h"
+#include "meshflow/collectives/mesh_comms.h"
 
 #include <algorithm>
 

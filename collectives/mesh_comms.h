@@ -15,9 +15,9 @@
 #include <span>
 #include <vector>
 
-#include "base/status.h"
-#include "collectives/communicator.h"
-#include "mesh/device_mesh.h"
+#include "meshflow/base/status.h"
+#include "meshflow/collectives/communicator.h"
+#include "meshflow/mesh/device_mesh.h"
 
 namespace meshflow {
 

@@ -1,4 +1,4 @@
-#include "collectives/reduce.h"
+#include "meshflow/collectives/reduce.h"
 
 #include <algorithm>
 #include <cmath>

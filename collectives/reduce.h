@@ -33,9 +33,9 @@
 #include <cstdint>
 #include <span>
 
-#include "base/status.h"
-#include "dtensor/dtype.h"
-#include "dtensor/placement.h"
+#include "meshflow/base/status.h"
+#include "meshflow/dtensor/dtype.h"
+#include "meshflow/dtensor/placement.h"
 
 namespace meshflow {
 

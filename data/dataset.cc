@@ -1,4 +1,4 @@
-#include "data/dataset.h"
+#include "meshflow/data/dataset.h"
 
 #include <cstring>
 #include <utility>

@@ -22,9 +22,9 @@
 #include <string>
 #include <vector>
 
-#include "base/status.h"
-#include "dtensor/dtype.h"
-#include "dtensor/tensor.h"
+#include "meshflow/base/status.h"
+#include "meshflow/dtensor/dtype.h"
+#include "meshflow/dtensor/tensor.h"
 
 namespace meshflow {
 

@@ -1,4 +1,4 @@
-#include "data/dataset.h"
+#include "meshflow/data/dataset.h"
 
 #include <gtest/gtest.h>
 
@@ -8,16 +8,16 @@
 #include <string>
 #include <vector>
 
-#include "data/record_shards.h"
-#include "data/test_util.h"
-#include "data/token_file.h"
+#include "meshflow/data/record_shards.h"
+#include "meshflow/data/test_util.h"
+#include "meshflow/data/token_file.h"
 
 namespace meshflow {
 namespace {
 
-using testing_util::FreshTempDir;
-using testing_util::ReadAll;
-using testing_util::WriteAll;
+using testing::FreshTempDir;
+using testing::ReadAll;
+using testing::WriteAll;
 
 bool Contains(const std::string& haystack, const std::string& needle) {
   return haystack.find(needle) != std::string::npos;

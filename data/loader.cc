@@ -1,4 +1,4 @@
-#include "data/loader.h"
+#include "meshflow/data/loader.h"
 
 #include <algorithm>
 #include <charconv>
@@ -8,7 +8,7 @@
 #include <span>
 #include <utility>
 
-#include "data/sample_order.h"
+#include "meshflow/data/sample_order.h"
 
 namespace meshflow {
 namespace {

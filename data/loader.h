@@ -57,12 +57,12 @@
 #include <variant>
 #include <vector>
 
-#include "base/status.h"
-#include "data/dataset.h"
-#include "dtensor/box.h"
-#include "dtensor/dtensor.h"
-#include "dtensor/layout.h"
-#include "mesh/device_mesh.h"
+#include "meshflow/base/status.h"
+#include "meshflow/data/dataset.h"
+#include "meshflow/dtensor/box.h"
+#include "meshflow/dtensor/dtensor.h"
+#include "meshflow/dtensor/layout.h"
+#include "meshflow/mesh/device_mesh.h"
 
 namespace meshflow {
 

@@ -21,9 +21,9 @@
 #include <unistd.h>
 #include <vector>
 
-#include "data/loader.h"
-#include "data/token_file.h"
-#include "mesh/device_mesh.h"
+#include "meshflow/data/loader.h"
+#include "meshflow/data/token_file.h"
+#include "meshflow/mesh/device_mesh.h"
 
 namespace meshflow {
 namespace {

@@ -1,4 +1,4 @@
-#include "data/loader.h"
+#include "meshflow/data/loader.h"
 
 #include <gtest/gtest.h>
 
@@ -10,11 +10,11 @@
 #include <string>
 #include <vector>
 
-#include "data/dataset.h"
-#include "data/record_shards.h"
-#include "data/test_util.h"
-#include "data/token_file.h"
-#include "mesh/device_mesh.h"
+#include "meshflow/data/dataset.h"
+#include "meshflow/data/record_shards.h"
+#include "meshflow/data/test_util.h"
+#include "meshflow/data/token_file.h"
+#include "meshflow/mesh/device_mesh.h"
 
 namespace meshflow {
 namespace {
@@ -431,7 +431,7 @@ TEST(DataLoader, CreateErrors) {
 }
 
 TEST(DataLoader, FileDatasets) {
-  const std::string dir = testing_util::FreshTempDir();
+  const std::string dir = testing::FreshTempDir();
   std::vector<uint32_t> tokens(1001);
   std::iota(tokens.begin(), tokens.end(), 0u);
   ASSERT_TRUE(WriteTokenFile(dir + "/t.bin", tokens, TokenWidth::kU16).ok());

@@ -13,7 +13,7 @@
 #include <span>
 #include <string>
 
-#include "base/status.h"
+#include "meshflow/base/status.h"
 
 namespace meshflow {
 

@@ -1,4 +1,4 @@
-#include "data/record_shards.h"
+#include "meshflow/data/record_shards.h"
 
 #include <algorithm>
 #include <array>
@@ -9,7 +9,7 @@
 #include <system_error>
 #include <utility>
 
-#include "base/checksum.h"
+#include "meshflow/base/checksum.h"
 
 namespace meshflow {
 namespace {

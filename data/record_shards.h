@@ -36,10 +36,10 @@
 #include <string>
 #include <vector>
 
-#include "base/status.h"
-#include "data/dataset.h"
-#include "data/mapped_file.h"
-#include "dtensor/dtype.h"
+#include "meshflow/base/status.h"
+#include "meshflow/data/dataset.h"
+#include "meshflow/data/mapped_file.h"
+#include "meshflow/dtensor/dtype.h"
 
 namespace meshflow {
 

@@ -1,4 +1,4 @@
-#include "data/sample_order.h"
+#include "meshflow/data/sample_order.h"
 
 #include <gtest/gtest.h>
 

@@ -1,6 +1,6 @@
 // Helpers shared by data/ tests: a fresh temporary directory per test, file byte surgery.
 //
-//   std::string dir = testing_util::FreshTempDir();   // under $TEST_TMPDIR, unique per test
+//   std::string dir = testing::FreshTempDir();   // under $TEST_TMPDIR, unique per test
 #ifndef MESHFLOW_DATA_TEST_UTIL_H_
 #define MESHFLOW_DATA_TEST_UTIL_H_
 
@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-namespace meshflow::testing_util {
+namespace meshflow::testing {
 
 inline std::string FreshTempDir() {
   const char* base = std::getenv("TEST_TMPDIR");
@@ -37,6 +37,6 @@ inline void WriteAll(const std::string& path, const std::vector<char>& bytes) {
   out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
 }
 
-}  // namespace meshflow::testing_util
+}  // namespace meshflow::testing
 
 #endif  // MESHFLOW_DATA_TEST_UTIL_H_

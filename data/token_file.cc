@@ -1,4 +1,4 @@
-#include "data/token_file.h"
+#include "meshflow/data/token_file.h"
 
 #include <bit>
 #include <cstring>

@@ -1,4 +1,4 @@
-#include "dtensor/box.h"
+#include "meshflow/dtensor/box.h"
 
 #include <algorithm>
 #include <sstream>

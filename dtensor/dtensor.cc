@@ -1,4 +1,4 @@
-#include "dtensor/dtensor.h"
+#include "meshflow/dtensor/dtensor.h"
 
 #include <sstream>
 

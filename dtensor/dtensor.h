@@ -16,9 +16,9 @@
 #ifndef MESHFLOW_DTENSOR_DTENSOR_H_
 #define MESHFLOW_DTENSOR_DTENSOR_H_
 
-#include "base/status.h"
-#include "dtensor/layout.h"
-#include "dtensor/tensor.h"
+#include "meshflow/base/status.h"
+#include "meshflow/dtensor/layout.h"
+#include "meshflow/dtensor/tensor.h"
 
 namespace meshflow {
 

@@ -1,4 +1,4 @@
-#include "dtensor/dtype.h"
+#include "meshflow/dtensor/dtype.h"
 
 #include <bit>
 #include <cmath>

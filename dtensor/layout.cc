@@ -1,4 +1,4 @@
-#include "dtensor/layout.h"
+#include "meshflow/dtensor/layout.h"
 
 #include <algorithm>
 #include <cctype>
@@ -6,7 +6,7 @@
 #include <functional>
 #include <sstream>
 
-#include "base/strings.h"
+#include "meshflow/base/strings.h"
 
 namespace meshflow {
 

@@ -24,10 +24,10 @@
 #include <string>
 #include <vector>
 
-#include "base/status.h"
-#include "dtensor/box.h"
-#include "dtensor/placement.h"
-#include "mesh/device_mesh.h"
+#include "meshflow/base/status.h"
+#include "meshflow/dtensor/box.h"
+#include "meshflow/dtensor/placement.h"
+#include "meshflow/mesh/device_mesh.h"
 
 namespace meshflow {
 

@@ -1,4 +1,4 @@
-#include "dtensor/layout.h"
+#include "meshflow/dtensor/layout.h"
 
 #include <limits>
 #include <string>

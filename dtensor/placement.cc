@@ -1,4 +1,4 @@
-#include "dtensor/placement.h"
+#include "meshflow/dtensor/placement.h"
 
 #include <cctype>
 #include <charconv>
@@ -36,7 +36,7 @@ StatusOr<ReduceOp> ParseReduceOp(std::string_view s) {
   if (s == "avg" || s == "mean") return ReduceOp::kAvg;
   if (s == "max") return ReduceOp::kMax;
   if (s == "min") return ReduceOp::kMin;
-  return InvalidArgumentError("unknown reduce op '" + std::string(s) + "'; expected sum, avg, max or min");
+  return InvalidArgumentError("unknown reduce op '" + std::string(s) + "'; expected one of sum, avg, max, min");
 }
 
 std::string ToString(const Placement& p) {

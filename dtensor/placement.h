@@ -15,7 +15,7 @@
 #include <variant>
 #include <vector>
 
-#include "base/status.h"
+#include "meshflow/base/status.h"
 
 namespace meshflow {
 

@@ -1,4 +1,4 @@
-#include "dtensor/placement.h"
+#include "meshflow/dtensor/placement.h"
 
 #include <string>
 #include <vector>

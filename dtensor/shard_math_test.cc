@@ -14,8 +14,8 @@
 
 #include <gtest/gtest.h>
 
-#include "dtensor/box.h"
-#include "dtensor/layout.h"
+#include "meshflow/dtensor/box.h"
+#include "meshflow/dtensor/layout.h"
 
 namespace meshflow {
 namespace {

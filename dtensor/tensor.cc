@@ -1,4 +1,4 @@
-#include "dtensor/tensor.h"
+#include "meshflow/dtensor/tensor.h"
 
 #include <cstring>
 #include <sstream>

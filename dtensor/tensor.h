@@ -15,9 +15,9 @@
 #include <string>
 #include <vector>
 
-#include "base/status.h"
-#include "dtensor/box.h"
-#include "dtensor/dtype.h"
+#include "meshflow/base/status.h"
+#include "meshflow/dtensor/box.h"
+#include "meshflow/dtensor/dtype.h"
 
 namespace meshflow {
 

@@ -25,14 +25,11 @@
 #include <map>
 #include <string>
 
-#include "examples/graph_demo.h"
+#include "meshflow/examples/graph_demo.h"
 
 namespace meshflow::examples {
 namespace {
 
-using ops::Graph;
-using ops::OpSpec;
-using ops::ValueId;
 
 constexpr int64_t kBatch = 3, kSeq = 48, kHidden = 384, kHeads = 7, kHeadDim = 16;
 
@@ -55,20 +52,20 @@ StatusOr<Graph> BuildAttention(const DeviceMesh& mesh) {
   MF_ASSIGN_OR_RETURN(ValueId v, g.Apply(OpSpec::Matmul(), {x4, w[2]}, "v"));
   MF_ASSIGN_OR_RETURN(ValueId kt, g.Apply(OpSpec::Transpose(-2, -1), {k}, "kt"));
   MF_ASSIGN_OR_RETURN(ValueId s, g.Apply(OpSpec::Matmul(), {q, kt}, "scores"));
-  MF_ASSIGN_OR_RETURN(ValueId ss, g.Apply(OpSpec::Unary(ops::UnaryOp::kScale, 1.0 / std::sqrt(double{kHeadDim})),
+  MF_ASSIGN_OR_RETURN(ValueId ss, g.Apply(OpSpec::Unary(UnaryOp::kScale, 1.0 / std::sqrt(double{kHeadDim})),
                                           {s}, "scaled"));
   MF_ASSIGN_OR_RETURN(ValueId p, g.Apply(OpSpec::Softmax(-1, false), {ss}, "p"));
   MF_ASSIGN_OR_RETURN(ValueId ctx, g.Apply(OpSpec::Matmul(), {p, v}, "ctx"));
   MF_ASSIGN_OR_RETURN(ValueId o, g.Apply(OpSpec::Matmul(), {ctx, wo}, "o"));
-  MF_ASSIGN_OR_RETURN(ValueId out, g.Apply(OpSpec::Reduce(ops::ReduceKind::kSum, {1}, false), {o}, "out"));
+  MF_ASSIGN_OR_RETURN(ValueId out, g.Apply(OpSpec::Reduce(ReduceKind::kSum, {1}, false), {o}, "out"));
   MF_RETURN_IF_ERROR(g.Annotate(out, "S(0),R"));
   MF_RETURN_IF_ERROR(g.MarkOutput(out));
   return g;
 }
 
 // Exactly one collective: the all-reduce of the head sum.
-std::string CheckAttention(const ops::Program& p) {
-  const ops::CostReport c = ops::ReportCost(p);
+std::string CheckAttention(const Program& p) {
+  const CostReport c = ReportCost(p);
   const std::map<std::string, int> want = {{"all_reduce", 1}};
   if (c.collectives_by_kind != want || c.collectives != 1) {
     std::string got;

@@ -1,4 +1,4 @@
-#include "examples/graph_demo.h"
+#include "meshflow/examples/graph_demo.h"
 
 #include <algorithm>
 #include <cmath>
@@ -8,10 +8,10 @@
 #include <mutex>
 #include <vector>
 
-#include "collectives/dtensor_api.h"
-#include "collectives/mesh_comms.h"
-#include "collectives/mpi/mpi_communicator.h"
-#include "collectives/threads_world.h"
+#include "meshflow/collectives/dtensor_api.h"
+#include "meshflow/collectives/mesh_comms.h"
+#include "meshflow/collectives/mpi/mpi_communicator.h"
+#include "meshflow/collectives/threads/threads_world.h"
 
 namespace meshflow::examples {
 namespace {
@@ -36,12 +36,12 @@ std::string Ints(const std::vector<int>& v, const DeviceMesh& mesh) {
   return s;
 }
 
-std::string CollectivesText(const ops::Program& p) {
+std::string CollectivesText(const Program& p) {
   std::string out;
   int index = 0;
-  for (const ops::ProgramStep& step : p.steps) {
+  for (const ProgramStep& step : p.steps) {
     ++index;
-    const auto* r = std::get_if<ops::RedistributeStep>(&step);
+    const auto* r = std::get_if<RedistributeStep>(&step);
     if (r == nullptr) continue;
     for (const PlanStep& s : r->plan->steps) {
       if (IsLocalStep(s.kind)) continue;
@@ -55,11 +55,11 @@ std::string CollectivesText(const ops::Program& p) {
 }
 
 // One rank: execute and compare. `world` is this rank's world communicator.
-Status RunRank(const ops::Program& p, const std::vector<Tensor>& globals, const std::vector<Tensor>& reference,
-               const ops::CostReport& report, Communicator& world, MeshComms& comms, RankResult& out) {
-  MF_ASSIGN_OR_RETURN(std::vector<DTensor> inputs, ops::DistributeInputs(p, globals, world.world_rank()));
+Status RunRank(const Program& p, const std::vector<Tensor>& globals, const std::vector<Tensor>& reference,
+               const CostReport& report, Communicator& world, MeshComms& comms, RankResult& out) {
+  MF_ASSIGN_OR_RETURN(std::vector<DTensor> inputs, DistributeInputs(p, globals, world.world_rank()));
   const int64_t before = world.counters().bytes_received;
-  MF_ASSIGN_OR_RETURN(std::vector<DTensor> outs, ops::Execute(p, comms, inputs));
+  MF_ASSIGN_OR_RETURN(std::vector<DTensor> outs, Execute(p, comms, inputs));
   const int64_t received = world.counters().bytes_received - before;
   MF_ASSIGN_OR_RETURN(int index, p.graph.mesh().IndexOf(world.world_rank()));
   if (received != report.bytes_received_per_rank[static_cast<size_t>(index)]) {
@@ -97,29 +97,29 @@ void Combine(RankResult& into, const RankResult& r) {
 }
 
 struct Setup {
-  ops::Program program;
+  Program program;
   std::vector<Tensor> globals;
   std::vector<Tensor> reference;
-  ops::CostReport report;
+  CostReport report;
   std::string structure_failure;
 };
 
 StatusOr<Setup> Prepare(const std::string& name, const BuildFn& build, const CheckFn& check, const DeviceMesh& mesh,
                         const std::string& backend, bool print) {
-  MF_ASSIGN_OR_RETURN(ops::Graph graph, build(mesh));
-  MF_ASSIGN_OR_RETURN(ops::Program program, ops::Compile(graph));
+  MF_ASSIGN_OR_RETURN(Graph graph, build(mesh));
+  MF_ASSIGN_OR_RETURN(Program program, Compile(graph));
   std::vector<Tensor> globals;
   for (size_t i = 0; i < graph.inputs().size(); ++i) {
-    const ops::Value& v = graph.value(graph.inputs()[i]);
+    const Value& v = graph.value(graph.inputs()[i]);
     globals.push_back(DemoTensor(v.dtype, v.shape, static_cast<int>(i) + 1));
   }
-  MF_ASSIGN_OR_RETURN(std::vector<Tensor> reference, ops::EvaluateReference(graph, globals));
-  ops::CostReport report = ops::ReportCost(program);
+  MF_ASSIGN_OR_RETURN(std::vector<Tensor> reference, EvaluateReference(graph, globals));
+  CostReport report = ReportCost(program);
   std::string structure = check(program);
   if (print) {
     std::printf("meshflow %s: %s backend, %s\n\n%s\n", name.c_str(), backend.c_str(), mesh.ToString().c_str(),
                 graph.ToString().c_str());
-    std::printf("compiled %s\n", ops::ProgramToText(program).c_str());
+    std::printf("compiled %s\n", ProgramToText(program).c_str());
     std::printf("collectives inserted:\n%s\n", CollectivesText(program).c_str());
     std::printf("structure check: %s\n", structure.empty() ? "OK" : ("FAILED: " + structure).c_str());
   }

@@ -23,16 +23,16 @@
 #include <functional>
 #include <string>
 
-#include "base/status.h"
-#include "mesh/device_mesh.h"
-#include "ops/graph.h"
-#include "ops/program.h"
+#include "meshflow/base/status.h"
+#include "meshflow/mesh/device_mesh.h"
+#include "meshflow/ops/graph.h"
+#include "meshflow/ops/program.h"
 
 namespace meshflow::examples {
 
-using BuildFn = std::function<StatusOr<ops::Graph>(const DeviceMesh& mesh)>;
+using BuildFn = std::function<StatusOr<Graph>(const DeviceMesh& mesh)>;
 // Returns "" when the program has the expected structure, else what is wrong.
-using CheckFn = std::function<std::string(const ops::Program& program)>;
+using CheckFn = std::function<std::string(const Program& program)>;
 
 // Flags: --backend threads|mpi (default threads). Returns the process exit code.
 int RunDemo(const std::string& name, const BuildFn& build, const CheckFn& check, int argc, char** argv);

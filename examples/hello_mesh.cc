@@ -12,13 +12,13 @@
 #include <string>
 #include <vector>
 
-#include "collectives/dtensor_api.h"
-#include "collectives/mesh_comms.h"
-#include "collectives/threads_world.h"
-#include "dtensor/dtensor.h"
-#include "dtensor/layout.h"
-#include "mesh/device_mesh.h"
-#include "planner/plan_format.h"
+#include "meshflow/collectives/dtensor_api.h"
+#include "meshflow/collectives/mesh_comms.h"
+#include "meshflow/collectives/threads/threads_world.h"
+#include "meshflow/dtensor/dtensor.h"
+#include "meshflow/dtensor/layout.h"
+#include "meshflow/mesh/device_mesh.h"
+#include "meshflow/planner/plan_format.h"
 
 namespace meshflow {
 namespace {

@@ -19,14 +19,11 @@
 #include <map>
 #include <string>
 
-#include "examples/graph_demo.h"
+#include "meshflow/examples/graph_demo.h"
 
 namespace meshflow::examples {
 namespace {
 
-using ops::Graph;
-using ops::OpSpec;
-using ops::ValueId;
 
 constexpr int64_t kBatch = 5, kSeq = 6, kHidden = 16, kFfn = 42;
 
@@ -38,7 +35,7 @@ StatusOr<ValueId> Block(Graph& g, ValueId x, const std::string& w_in, const std:
   MF_RETURN_IF_ERROR(g.Annotate(w1, "R,S(1)"));  // column-parallel
   MF_RETURN_IF_ERROR(g.Annotate(w2, "R,S(0)"));  // row-parallel
   MF_ASSIGN_OR_RETURN(ValueId h, g.Apply(OpSpec::Matmul(), {x, w1}, "h" + i));
-  MF_ASSIGN_OR_RETURN(ValueId a, g.Apply(OpSpec::Unary(ops::UnaryOp::kGelu), {h}, "a" + i));
+  MF_ASSIGN_OR_RETURN(ValueId a, g.Apply(OpSpec::Unary(UnaryOp::kGelu), {h}, "a" + i));
   return g.Apply(OpSpec::Matmul(), {a, w2}, "y" + i);
 }
 
@@ -47,7 +44,7 @@ StatusOr<Graph> BuildMlp(const DeviceMesh& mesh) {
   MF_ASSIGN_OR_RETURN(ValueId x, g.Input("x", {kBatch, kSeq, kHidden}, DType::kF32));
   MF_RETURN_IF_ERROR(g.Annotate(x, "S(0),R"));
   MF_ASSIGN_OR_RETURN(ValueId y1, Block(g, x, "w1", "w2", 1));
-  MF_ASSIGN_OR_RETURN(ValueId r1, g.Apply(OpSpec::Binary(ops::BinaryOp::kAdd), {x, y1}, "r1"));
+  MF_ASSIGN_OR_RETURN(ValueId r1, g.Apply(OpSpec::Binary(BinaryOp::kAdd), {x, y1}, "r1"));
   MF_RETURN_IF_ERROR(g.Annotate(r1, "S(0),R"));      // block 1 output: replicated on tp
   MF_ASSIGN_OR_RETURN(ValueId y2, Block(g, r1, "w3", "w4", 2));
   MF_RETURN_IF_ERROR(g.Annotate(y2, "S(0),S(1)"));   // block 2 output: sequence-sharded on tp
@@ -56,8 +53,8 @@ StatusOr<Graph> BuildMlp(const DeviceMesh& mesh) {
 }
 
 // Exactly one all-reduce (block 1) and one reduce-scatter (block 2), nothing else.
-std::string CheckMlp(const ops::Program& p) {
-  const ops::CostReport c = ops::ReportCost(p);
+std::string CheckMlp(const Program& p) {
+  const CostReport c = ReportCost(p);
   const std::map<std::string, int> want = {{"all_reduce", 1}, {"reduce_scatter", 1}};
   if (c.collectives_by_kind != want || c.collectives != 2) {
     std::string got;

@@ -1,4 +1,4 @@
-#include "mesh/device_mesh.h"
+#include "meshflow/mesh/device_mesh.h"
 
 #include <algorithm>
 #include <numeric>

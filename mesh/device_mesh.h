@@ -23,7 +23,7 @@
 #include <string_view>
 #include <vector>
 
-#include "base/status.h"
+#include "meshflow/base/status.h"
 
 namespace meshflow {
 

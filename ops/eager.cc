@@ -1,18 +1,18 @@
-#include "ops/eager.h"
+#include "meshflow/ops/eager.h"
 
 #include <algorithm>
 #include <cstdio>
 #include <optional>
 #include <tuple>
 
-#include "base/strings.h"
-#include "collectives/executor.h"
-#include "dtensor/layout.h"
-#include "ops/kernels.h"
-#include "ops/shape_util.h"
-#include "planner/cost_model.h"
+#include "meshflow/base/strings.h"
+#include "meshflow/collectives/executor.h"
+#include "meshflow/dtensor/layout.h"
+#include "meshflow/ops/kernels.h"
+#include "meshflow/ops/shape_util.h"
+#include "meshflow/planner/cost_model.h"
 
-namespace meshflow::ops {
+namespace meshflow {
 namespace {
 
 // The op without alpha (alpha does not change the strategy). Field by field: this runs on every
@@ -807,4 +807,4 @@ StatusOr<DTensor> CrossEntropy(const DTensor& logits, const DTensor& targets, Lo
   return Run2(OpSpec::CrossEntropy(reduction), logits, targets, comms);
 }
 
-}  // namespace meshflow::ops
+}  // namespace meshflow

@@ -4,7 +4,7 @@
 //   1. the op's ShardingRule (ops/sharding_rule.h) is built from the global shapes;
 //   2. EnumerateStrategies lists every strategy; each is scored by the modelled time of
 //      redistributing every input into the layout it needs (the planner's optimal plans,
-//      collectives/dtensor_api.h PlanFor, i.e. the process-wide PlanCache);
+//      planner/planner.h PlanFor, i.e. the process-wide PlanCache);
 //   3. the cheapest wins; ties go to the strategy whose result has the most Shard mesh dims,
 //      then the fewest Partial mesh dims, then enumeration order;
 //   4. inputs are redistributed (ExecutePlan with the cached plans), the local kernel
@@ -18,8 +18,8 @@
 // results is the global mean. Max/min of an empty local shard is -inf/+inf (Partial identity).
 //
 //   MF_ASSIGN_OR_RETURN(MeshComms comms, MeshComms::Create(world_comm, mesh));
-//   MF_ASSIGN_OR_RETURN(DTensor y, ops::Matmul(x, w, comms));      // x [..,m,k], w [k,n]
-//   MF_ASSIGN_OR_RETURN(DTensor p, ops::Softmax(y, /*dim=*/-1, comms));
+//   MF_ASSIGN_OR_RETURN(DTensor y, Matmul(x, w, comms));      // x [..,m,k], w [k,n]
+//   MF_ASSIGN_OR_RETURN(DTensor p, Softmax(y, /*dim=*/-1, comms));
 //   MF_ASSIGN_OR_RETURN(Tensor full, FullTensor(p, comms));
 //
 // Errors (INVALID_ARGUMENT unless noted): inputs on different meshes, or a mesh other than the
@@ -41,14 +41,14 @@
 #include <utility>
 #include <vector>
 
-#include "base/status.h"
-#include "collectives/dtensor_api.h"
-#include "collectives/mesh_comms.h"
-#include "dtensor/dtensor.h"
-#include "ops/sharding_rule.h"
-#include "planner/plan.h"
+#include "meshflow/base/status.h"
+#include "meshflow/collectives/dtensor_api.h"
+#include "meshflow/collectives/mesh_comms.h"
+#include "meshflow/dtensor/dtensor.h"
+#include "meshflow/ops/sharding_rule.h"
+#include "meshflow/planner/plan.h"
 
-namespace meshflow::ops {
+namespace meshflow {
 
 // One op with its static parameters. Fields not used by `kind` keep their defaults (so that
 // operator== and the dispatch cache compare only what matters).
@@ -253,6 +253,6 @@ struct KernelContext {
 StatusOr<Tensor> RunKernel(const OpSpec& op, std::span<const Tensor* const> operands, int64_t mean_count = -1);
 StatusOr<Tensor> RunKernel(const OpSpec& op, std::span<const Tensor* const> operands, const KernelContext& ctx);
 
-}  // namespace meshflow::ops
+}  // namespace meshflow
 
 #endif  // MESHFLOW_OPS_EAGER_H_

@@ -11,14 +11,14 @@
 
 #include <gtest/gtest.h>
 
-#include "collectives/dtensor_api.h"
-#include "collectives/mesh_comms.h"
-#include "ops/eager.h"
-#include "ops/kernels.h"
-#include "ops/strategy_check.h"
-#include "ops/test_util.h"
+#include "meshflow/collectives/dtensor_api.h"
+#include "meshflow/collectives/mesh_comms.h"
+#include "meshflow/ops/eager.h"
+#include "meshflow/ops/kernels.h"
+#include "meshflow/ops/strategy_check.h"
+#include "meshflow/ops/test_util.h"
 
-namespace meshflow::ops {
+namespace meshflow {
 namespace {
 
 using testing::Compare;
@@ -422,4 +422,4 @@ TEST(EagerNewOps, DTypeErrors) {
 }
 
 }  // namespace
-}  // namespace meshflow::ops
+}  // namespace meshflow

@@ -8,14 +8,14 @@
 
 #include <gtest/gtest.h>
 
-#include "base/test_cases.h"
-#include "collectives/dtensor_api.h"
-#include "collectives/mesh_comms.h"
-#include "ops/eager.h"
-#include "ops/kernels.h"
-#include "ops/test_util.h"
+#include "meshflow/base/test_cases.h"
+#include "meshflow/collectives/dtensor_api.h"
+#include "meshflow/collectives/mesh_comms.h"
+#include "meshflow/ops/eager.h"
+#include "meshflow/ops/kernels.h"
+#include "meshflow/ops/test_util.h"
 
-namespace meshflow::ops {
+namespace meshflow {
 namespace {
 
 using testing::Compare;
@@ -158,4 +158,4 @@ TEST(EagerProperty, RandomLayouts) {
 }
 
 }  // namespace
-}  // namespace meshflow::ops
+}  // namespace meshflow

@@ -3,18 +3,18 @@
 // layouts it needs, Partial ones included) and FullTensor of the result is compared with the
 // kernel run on the global tensors; the result layout must be the rule's. Then strategy-choice
 // sanity checks, the dispatch cache and errors.
-#include "ops/eager.h"
+#include "meshflow/ops/eager.h"
 
 
 #include <gtest/gtest.h>
 
-#include "collectives/dtensor_api.h"
-#include "collectives/mesh_comms.h"
-#include "ops/kernels.h"
-#include "ops/strategy_check.h"
-#include "ops/test_util.h"
+#include "meshflow/collectives/dtensor_api.h"
+#include "meshflow/collectives/mesh_comms.h"
+#include "meshflow/ops/kernels.h"
+#include "meshflow/ops/strategy_check.h"
+#include "meshflow/ops/test_util.h"
 
-namespace meshflow::ops {
+namespace meshflow {
 namespace {
 
 using testing::Compare;
@@ -287,4 +287,4 @@ TEST(Eager, Errors) {
 }
 
 }  // namespace
-}  // namespace meshflow::ops
+}  // namespace meshflow

@@ -1,10 +1,10 @@
-#include "ops/graph.h"
+#include "meshflow/ops/graph.h"
 
 #include <utility>
 
-#include "base/strings.h"
+#include "meshflow/base/strings.h"
 
-namespace meshflow::ops {
+namespace meshflow {
 namespace {
 
 }  // namespace
@@ -205,4 +205,4 @@ StatusOr<std::vector<Tensor>> EvaluateReference(const Graph& graph, const std::v
   return result;
 }
 
-}  // namespace meshflow::ops
+}  // namespace meshflow

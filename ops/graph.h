@@ -35,13 +35,13 @@
 #include <string_view>
 #include <vector>
 
-#include "base/status.h"
-#include "dtensor/dtype.h"
-#include "dtensor/layout.h"
-#include "mesh/device_mesh.h"
-#include "ops/eager.h"
+#include "meshflow/base/status.h"
+#include "meshflow/dtensor/dtype.h"
+#include "meshflow/dtensor/layout.h"
+#include "meshflow/mesh/device_mesh.h"
+#include "meshflow/ops/eager.h"
 
-namespace meshflow::ops {
+namespace meshflow {
 
 using ValueId = int;
 
@@ -125,6 +125,6 @@ class Graph {
 // of the inputs, kernel errors (naming the node).
 StatusOr<std::vector<Tensor>> EvaluateReference(const Graph& graph, const std::vector<Tensor>& inputs);
 
-}  // namespace meshflow::ops
+}  // namespace meshflow
 
 #endif  // MESHFLOW_OPS_GRAPH_H_

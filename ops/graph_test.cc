@@ -1,12 +1,12 @@
 // Graph IR tests: the builder's shapes and errors, annotations, printing and the reference.
-#include "ops/graph.h"
+#include "meshflow/ops/graph.h"
 
 #include <gtest/gtest.h>
 
 #include <string>
 #include <vector>
 
-namespace meshflow::ops {
+namespace meshflow {
 namespace {
 
 bool Contains(const Status& s, const std::string& text) { return s.message().find(text) != std::string::npos; }
@@ -127,4 +127,4 @@ TEST_F(GraphTest, ReferenceRunsTheKernels) {
 }
 
 }  // namespace
-}  // namespace meshflow::ops
+}  // namespace meshflow

@@ -1,4 +1,4 @@
-#include "ops/kernels.h"
+#include "meshflow/ops/kernels.h"
 
 #include <Eigen/Dense>
 #include <algorithm>
@@ -9,9 +9,9 @@
 #include <type_traits>
 #include <vector>
 
-#include "ops/shape_util.h"
+#include "meshflow/ops/shape_util.h"
 
-namespace meshflow::ops {
+namespace meshflow {
 namespace {
 
 Tensor ToF32(const Tensor& x) {
@@ -673,4 +673,4 @@ StatusOr<Tensor> CrossEntropyKernel(const Tensor& logits, const Tensor& targets,
   return CrossEntropyImpl(logits, targets, reduction, mean_count, &vocab);
 }
 
-}  // namespace meshflow::ops
+}  // namespace meshflow

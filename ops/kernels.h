@@ -7,10 +7,10 @@
 // embedding tables, and the ids / targets operands; elsewhere UNIMPLEMENTED. Shapes may be empty
 // (zero-size dims) everywhere.
 //
-//   MF_ASSIGN_OR_RETURN(Tensor c, ops::MatmulKernel(a, b));          // [..., m, k] x [..., k, n]
-//   MF_ASSIGN_OR_RETURN(Tensor y, ops::BinaryKernel(ops::BinaryOp::kAdd, x, bias));  // broadcast
-//   MF_ASSIGN_OR_RETURN(Tensor s, ops::ReduceKernel(ops::ReduceKind::kMean, x, {1}, false));
-//   MF_ASSIGN_OR_RETURN(Tensor p, ops::SoftmaxKernel(x, /*dim=*/-1, /*log=*/false));
+//   MF_ASSIGN_OR_RETURN(Tensor c, MatmulKernel(a, b));          // [..., m, k] x [..., k, n]
+//   MF_ASSIGN_OR_RETURN(Tensor y, BinaryKernel(BinaryOp::kAdd, x, bias));  // broadcast
+//   MF_ASSIGN_OR_RETURN(Tensor s, ReduceKernel(ReduceKind::kMean, x, {1}, false));
+//   MF_ASSIGN_OR_RETURN(Tensor p, SoftmaxKernel(x, /*dim=*/-1, /*log=*/false));
 //
 // Matmul uses Eigen GEMM on row-major Eigen::Map views, one call per batch entry; batch dims
 // broadcast like numpy. Sums accumulate in double. Softmax subtracts the row max first.
@@ -22,11 +22,11 @@
 #include <span>
 #include <vector>
 
-#include "base/status.h"
-#include "dtensor/tensor.h"
-#include "ops/sharding_rule.h"
+#include "meshflow/base/status.h"
+#include "meshflow/dtensor/tensor.h"
+#include "meshflow/ops/sharding_rule.h"
 
-namespace meshflow::ops {
+namespace meshflow {
 
 // Batched matmul. Errors: dtype mismatch or unsupported, rank < 2, k mismatch, batch dims that
 // do not broadcast (local shapes of a sharded op always broadcast: a sharded batch dim pairs
@@ -98,6 +98,6 @@ struct VocabShard {
 StatusOr<Tensor> CrossEntropyKernel(const Tensor& logits, const Tensor& targets, LossReduction reduction,
                                     int64_t mean_count, const VocabShard& vocab);
 
-}  // namespace meshflow::ops
+}  // namespace meshflow
 
 #endif  // MESHFLOW_OPS_KERNELS_H_

@@ -1,12 +1,12 @@
-#include "ops/kernels.h"
+#include "meshflow/ops/kernels.h"
 
 #include <cmath>
 
 #include <gtest/gtest.h>
 
-#include "ops/test_util.h"
+#include "meshflow/ops/test_util.h"
 
-namespace meshflow::ops {
+namespace meshflow {
 namespace {
 
 using testing::Compare;
@@ -270,4 +270,4 @@ TEST(MatmulKernel, RankOne) {
 }
 
 }  // namespace
-}  // namespace meshflow::ops
+}  // namespace meshflow

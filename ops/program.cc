@@ -1,14 +1,14 @@
-#include "ops/program.h"
+#include "meshflow/ops/program.h"
 
 #include <algorithm>
 #include <cstdio>
 #include <utility>
 
-#include "base/strings.h"
-#include "collectives/dtensor_api.h"
-#include "collectives/executor.h"
+#include "meshflow/base/strings.h"
+#include "meshflow/collectives/dtensor_api.h"
+#include "meshflow/collectives/executor.h"
 
-namespace meshflow::ops {
+namespace meshflow {
 namespace {
 
 std::string Fixed(double v, int digits) {
@@ -293,4 +293,4 @@ StatusOr<std::vector<DTensor>> DistributeInputs(const Program& program, const st
   return out;
 }
 
-}  // namespace meshflow::ops
+}  // namespace meshflow

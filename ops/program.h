@@ -50,14 +50,14 @@
 #include <variant>
 #include <vector>
 
-#include "base/status.h"
-#include "collectives/mesh_comms.h"
-#include "dtensor/dtensor.h"
-#include "ops/graph.h"
-#include "ops/propagation.h"
-#include "planner/plan.h"
+#include "meshflow/base/status.h"
+#include "meshflow/collectives/mesh_comms.h"
+#include "meshflow/dtensor/dtensor.h"
+#include "meshflow/ops/graph.h"
+#include "meshflow/ops/propagation.h"
+#include "meshflow/planner/plan.h"
 
-namespace meshflow::ops {
+namespace meshflow {
 
 struct RedistributeStep {
   ValueId value = -1;
@@ -129,6 +129,6 @@ StatusOr<std::vector<DTensor>> ExecuteLocal(const Program& program, MeshComms& c
 // This rank's local shards of global input tensors (Distribute under program.input_layouts).
 StatusOr<std::vector<DTensor>> DistributeInputs(const Program& program, const std::vector<Tensor>& globals, int rank);
 
-}  // namespace meshflow::ops
+}  // namespace meshflow
 
 #endif  // MESHFLOW_OPS_PROGRAM_H_

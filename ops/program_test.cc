@@ -1,6 +1,6 @@
 // Compiled program tests: steps, printing (golden snippets), cost report, and execution on the
 // threads world (1-D and 2-D meshes, uneven shapes) against the single-rank reference.
-#include "ops/program.h"
+#include "meshflow/ops/program.h"
 
 #include <gtest/gtest.h>
 
@@ -8,16 +8,16 @@
 #include <string>
 #include <vector>
 
-#include "collectives/dtensor_api.h"
-#include "collectives/mesh_comms.h"
-#include "ops/test_util.h"
+#include "meshflow/collectives/dtensor_api.h"
+#include "meshflow/collectives/mesh_comms.h"
+#include "meshflow/ops/test_util.h"
 
-namespace meshflow::ops {
+namespace meshflow {
 namespace {
 
-using ::meshflow::ops::testing::Compare;
-using ::meshflow::ops::testing::GlobalFor;
-using ::meshflow::ops::testing::WorldOf;
+using ::meshflow::testing::Compare;
+using ::meshflow::testing::GlobalFor;
+using ::meshflow::testing::WorldOf;
 
 // Runs the program on every rank of an in-process world and compares each output's full tensor
 // with the single-rank reference. Returns "" or the first failure.
@@ -259,4 +259,4 @@ TEST(ProgramTest, ExecuteErrors) {
 }
 
 }  // namespace
-}  // namespace meshflow::ops
+}  // namespace meshflow

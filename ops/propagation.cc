@@ -1,15 +1,15 @@
 // Sharding propagation (see propagation.h for the algorithm): a backward pass for preferences, a
 // natural forward pass, a backward refinement and a pulled forward pass; the cheaper forward pass
 // wins. Every candidate strategy is validated by EvaluateStrategy and costed with PlanFor.
-#include "ops/propagation.h"
+#include "meshflow/ops/propagation.h"
 
 #include <string>
 #include <tuple>
 #include <utility>
 
-#include "collectives/dtensor_api.h"
+#include "meshflow/planner/planner.h"
 
-namespace meshflow::ops {
+namespace meshflow {
 namespace {
 
 std::string NodeName(const Graph& g, int n) {
@@ -316,4 +316,4 @@ std::string Propagation::ToString(const Graph& g) const {
   return out;
 }
 
-}  // namespace meshflow::ops
+}  // namespace meshflow

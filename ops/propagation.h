@@ -46,13 +46,13 @@
 #include <string>
 #include <vector>
 
-#include "base/status.h"
-#include "dtensor/layout.h"
-#include "ops/graph.h"
-#include "ops/sharding_rule.h"
-#include "planner/cost_model.h"
+#include "meshflow/base/status.h"
+#include "meshflow/dtensor/layout.h"
+#include "meshflow/ops/graph.h"
+#include "meshflow/ops/sharding_rule.h"
+#include "meshflow/planner/cost_model.h"
 
-namespace meshflow::ops {
+namespace meshflow {
 
 struct PropagationOptions {
   Topology topology;  // cost model of every redistribution (default topology by default)
@@ -92,6 +92,6 @@ StatusOr<StrategyChoice> ConcretizeStrategy(const Graph& graph, int n, const Sha
 // The modelled time of from -> to (0 when equal). Errors: planner errors.
 StatusOr<double> RedistributionUs(const Layout& from, const Layout& to, DType dtype, const Topology& topology);
 
-}  // namespace meshflow::ops
+}  // namespace meshflow
 
 #endif  // MESHFLOW_OPS_PROPAGATION_H_

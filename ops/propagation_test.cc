@@ -1,16 +1,16 @@
 // Propagation tests: small graphs whose whole expected Propagation (every value's layout, every
 // node's strategy and layouts, the total modelled time) is built by hand and compared once, so
 // that any change of choice shows up as one readable diff.
-#include "ops/propagation.h"
+#include "meshflow/ops/propagation.h"
 
 #include <gtest/gtest.h>
 
 #include <string>
 #include <vector>
 
-#include "collectives/dtensor_api.h"
+#include "meshflow/collectives/dtensor_api.h"
 
-namespace meshflow::ops {
+namespace meshflow {
 namespace {
 
 Layout L(const std::vector<int64_t>& shape, const DeviceMesh& mesh, const std::string& placements) {
@@ -248,4 +248,4 @@ TEST_F(PropagationTest, Deterministic) {
 }
 
 }  // namespace
-}  // namespace meshflow::ops
+}  // namespace meshflow

@@ -3,11 +3,11 @@
 #include <algorithm>
 #include <string>
 
-#include "base/strings.h"
-#include "ops/shape_util.h"
-#include "ops/sharding_rule.h"
+#include "meshflow/base/strings.h"
+#include "meshflow/ops/shape_util.h"
+#include "meshflow/ops/sharding_rule.h"
 
-namespace meshflow::ops {
+namespace meshflow {
 namespace {
 
 // {P(op), ..., P(op)} -> P(op) for every reduce op: right for ops that only move / select
@@ -347,4 +347,4 @@ StatusOr<ShardingRule> CrossEntropyRule(std::span<const int64_t> logits, std::sp
   return r;
 }
 
-}  // namespace meshflow::ops
+}  // namespace meshflow

@@ -4,9 +4,9 @@
 // propagation rely on; ToString pins the readable form; then the error messages.
 #include <gtest/gtest.h>
 
-#include "ops/sharding_rule.h"
+#include "meshflow/ops/sharding_rule.h"
 
-namespace meshflow::ops {
+namespace meshflow {
 namespace {
 
 constexpr ReduceOp kSum = ReduceOp::kSum;
@@ -192,4 +192,4 @@ TEST(MatmulRule, RankOne) {
 }
 
 }  // namespace
-}  // namespace meshflow::ops
+}  // namespace meshflow

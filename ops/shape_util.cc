@@ -1,10 +1,10 @@
-#include "ops/shape_util.h"
+#include "meshflow/ops/shape_util.h"
 
 #include <algorithm>
 
-#include "base/strings.h"
+#include "meshflow/base/strings.h"
 
-namespace meshflow::ops {
+namespace meshflow {
 
 std::string ShapeString(std::span<const int64_t> s) { return ListString(s); }
 
@@ -25,4 +25,4 @@ StatusOr<std::vector<int64_t>> BroadcastShapes(std::string_view op, std::span<co
   return out;
 }
 
-}  // namespace meshflow::ops
+}  // namespace meshflow

@@ -13,9 +13,9 @@
 #include <string_view>
 #include <vector>
 
-#include "base/status.h"
+#include "meshflow/base/status.h"
 
-namespace meshflow::ops {
+namespace meshflow {
 
 std::string ShapeString(std::span<const int64_t> shape);
 
@@ -23,6 +23,6 @@ std::string ShapeString(std::span<const int64_t> shape);
 StatusOr<std::vector<int64_t>> BroadcastShapes(std::string_view op, std::span<const int64_t> a,
                                                std::span<const int64_t> b);
 
-}  // namespace meshflow::ops
+}  // namespace meshflow
 
 #endif  // MESHFLOW_OPS_SHAPE_UTIL_H_

@@ -1,10 +1,10 @@
-#include "ops/sharding_rule.h"
+#include "meshflow/ops/sharding_rule.h"
 
 #include <algorithm>
 
-#include "ops/shape_util.h"
+#include "meshflow/ops/shape_util.h"
 
-namespace meshflow::ops {
+namespace meshflow {
 namespace {
 
 // Operand dims of `shape` right-aligned against result dims [first, first + n) of `factors_of`.
@@ -314,4 +314,4 @@ StatusOr<ShardingRule> SoftmaxRule(bool log, std::span<const int64_t> x, int dim
   return r;
 }
 
-}  // namespace meshflow::ops
+}  // namespace meshflow

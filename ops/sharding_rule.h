@@ -48,11 +48,11 @@
 #include <string>
 #include <vector>
 
-#include "base/status.h"
-#include "dtensor/box.h"
-#include "dtensor/placement.h"
+#include "meshflow/base/status.h"
+#include "meshflow/dtensor/box.h"
+#include "meshflow/dtensor/placement.h"
 
-namespace meshflow::ops {
+namespace meshflow {
 
 enum class FactorKind { kPassThrough, kContracting, kReduction, kNeedReplication };
 
@@ -240,6 +240,6 @@ std::string_view LossReductionName(LossReduction r);  // "mean", "sum", "none"
 StatusOr<ShardingRule> CrossEntropyRule(std::span<const int64_t> logits, std::span<const int64_t> targets,
                                         LossReduction reduction);
 
-}  // namespace meshflow::ops
+}  // namespace meshflow
 
 #endif  // MESHFLOW_OPS_SHARDING_RULE_H_

@@ -1,8 +1,8 @@
-#include "ops/sharding_rule.h"
+#include "meshflow/ops/sharding_rule.h"
 
 #include <gtest/gtest.h>
 
-namespace meshflow::ops {
+namespace meshflow {
 namespace {
 
 constexpr ReduceOp kSum = ReduceOp::kSum;
@@ -149,4 +149,4 @@ TEST(StrategyFor, MixedPartialOpsDropped) {
 }
 
 }  // namespace
-}  // namespace meshflow::ops
+}  // namespace meshflow

@@ -1,13 +1,13 @@
-#include "ops/strategy_check.h"
+#include "meshflow/ops/strategy_check.h"
 
 #include <mutex>
 
-#include "collectives/dtensor_api.h"
-#include "collectives/mesh_comms.h"
-#include "dtensor/dtensor.h"
-#include "ops/test_util.h"
+#include "meshflow/collectives/dtensor_api.h"
+#include "meshflow/collectives/mesh_comms.h"
+#include "meshflow/dtensor/dtensor.h"
+#include "meshflow/ops/test_util.h"
 
-namespace meshflow::ops::testing {
+namespace meshflow::testing {
 
 std::vector<std::string> CheckStrategiesOnWorld(const OpSpec& op, const ShardingRule& rule,
                                                 std::span<const Strategy> strategies,
@@ -45,4 +45,4 @@ std::vector<std::string> CheckStrategiesOnWorld(const OpSpec& op, const Sharding
   return failures;
 }
 
-}  // namespace meshflow::ops::testing
+}  // namespace meshflow::testing

@@ -7,12 +7,12 @@
 #include <string>
 #include <vector>
 
-#include "dtensor/tensor.h"
-#include "mesh/device_mesh.h"
-#include "ops/eager.h"
-#include "ops/sharding_rule.h"
+#include "meshflow/dtensor/tensor.h"
+#include "meshflow/mesh/device_mesh.h"
+#include "meshflow/ops/eager.h"
+#include "meshflow/ops/sharding_rule.h"
 
-namespace meshflow::ops::testing {
+namespace meshflow::testing {
 
 // For each strategy (forced through RunOp), on a threads world over `mesh`: distributes `globals`
 // into the strategy's operand layouts, runs `op`, and checks that the result has the strategy's
@@ -23,6 +23,6 @@ std::vector<std::string> CheckStrategiesOnWorld(const OpSpec& op, const Sharding
                                                 const std::vector<Tensor>& globals, const Tensor& want,
                                                 const DeviceMesh& mesh);
 
-}  // namespace meshflow::ops::testing
+}  // namespace meshflow::testing
 
 #endif  // MESHFLOW_OPS_STRATEGY_CHECK_H_

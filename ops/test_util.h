@@ -9,10 +9,10 @@
 #include <string>
 #include <vector>
 
-#include "collectives/threads_world.h"
-#include "dtensor/tensor.h"
+#include "meshflow/collectives/threads/threads_world.h"
+#include "meshflow/dtensor/tensor.h"
 
-namespace meshflow::ops::testing {
+namespace meshflow::testing {
 
 // One world per size, reused across tests (Run calls are serialized by the world).
 inline ThreadWorld& WorldOf(int n) {
@@ -75,6 +75,6 @@ inline std::string Compare(const Tensor& got, const Tensor& want) {
   return "";
 }
 
-}  // namespace meshflow::ops::testing
+}  // namespace meshflow::testing
 
 #endif  // MESHFLOW_OPS_TEST_UTIL_H_

@@ -1,4 +1,4 @@
-#include "planner/cost_model.h"
+#include "meshflow/planner/cost_model.h"
 
 #include <algorithm>
 #include <charconv>
@@ -7,7 +7,7 @@
 #include <string>
 #include <utility>
 
-#include "planner/direct.h"
+#include "meshflow/planner/direct.h"
 
 namespace meshflow {
 namespace {
@@ -152,7 +152,7 @@ StatusOr<Topology> ParseTopology(std::string_view text) {
       if (v < 0) return bad(key + "=" + val + " must be >= 0");
       (key == "lat_intra" ? t.lat_intra_us : t.lat_inter_us) = v;
     } else {
-      return bad("unknown key '" + key + "'");
+      return bad("unknown key '" + key + "'; expected one of intra, bw_intra, bw_inter, lat_intra, lat_inter");
     }
   }
   return t;

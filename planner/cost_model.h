@@ -48,9 +48,9 @@
 #include <string_view>
 #include <vector>
 
-#include "base/status.h"
-#include "dtensor/dtype.h"
-#include "planner/plan.h"
+#include "meshflow/base/status.h"
+#include "meshflow/dtensor/dtype.h"
+#include "meshflow/planner/plan.h"
 
 namespace meshflow {
 

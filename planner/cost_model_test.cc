@@ -1,12 +1,12 @@
 // Tests of the cost model: topology parsing, the alpha-beta formulas, and bytes per rank of every
 // step kind (uneven and empty shards included), compared with hand-computed values.
-#include "planner/cost_model.h"
+#include "meshflow/planner/cost_model.h"
 
 #include <gtest/gtest.h>
 
-#include "planner/search.h"
-#include "planner/test_util.h"
-#include "planner/transforms.h"
+#include "meshflow/planner/search.h"
+#include "meshflow/planner/test_util.h"
+#include "meshflow/planner/transforms.h"
 
 namespace meshflow {
 namespace {

@@ -1,4 +1,4 @@
-#include "planner/direct.h"
+#include "meshflow/planner/direct.h"
 
 #include <algorithm>
 #include <map>

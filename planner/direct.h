@@ -14,9 +14,9 @@
 #include <cstdint>
 #include <vector>
 
-#include "base/status.h"
-#include "dtensor/box.h"
-#include "dtensor/layout.h"
+#include "meshflow/base/status.h"
+#include "meshflow/dtensor/box.h"
+#include "meshflow/dtensor/layout.h"
 
 namespace meshflow {
 

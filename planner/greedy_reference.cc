@@ -1,10 +1,10 @@
-#include "planner/greedy_reference.h"
+#include "meshflow/planner/greedy_reference.h"
 
 #include <utility>
 #include <vector>
 
-#include "planner/search.h"
-#include "planner/transforms.h"
+#include "meshflow/planner/search.h"
+#include "meshflow/planner/transforms.h"
 
 namespace meshflow {
 namespace {

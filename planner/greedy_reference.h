@@ -29,11 +29,11 @@
 #ifndef MESHFLOW_PLANNER_GREEDY_REFERENCE_H_
 #define MESHFLOW_PLANNER_GREEDY_REFERENCE_H_
 
-#include "base/status.h"
-#include "dtensor/dtype.h"
-#include "dtensor/layout.h"
-#include "planner/cost_model.h"
-#include "planner/plan.h"
+#include "meshflow/base/status.h"
+#include "meshflow/dtensor/dtype.h"
+#include "meshflow/dtensor/layout.h"
+#include "meshflow/planner/cost_model.h"
+#include "meshflow/planner/plan.h"
 
 namespace meshflow {
 

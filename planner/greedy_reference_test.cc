@@ -1,11 +1,11 @@
 // Tests of the greedy reference planner: DTensor's transform sequences on known cases, and its
 // errors.
-#include "planner/greedy_reference.h"
+#include "meshflow/planner/greedy_reference.h"
 
 #include <gtest/gtest.h>
 
-#include "planner/plan_format.h"
-#include "planner/test_util.h"
+#include "meshflow/planner/plan_format.h"
+#include "meshflow/planner/test_util.h"
 
 namespace meshflow {
 namespace {

@@ -1,4 +1,4 @@
-#include "planner/plan.h"
+#include "meshflow/planner/plan.h"
 
 namespace meshflow {
 

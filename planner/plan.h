@@ -25,8 +25,8 @@
 #include <string_view>
 #include <vector>
 
-#include "dtensor/dtype.h"
-#include "dtensor/layout.h"
+#include "meshflow/dtensor/dtype.h"
+#include "meshflow/dtensor/layout.h"
 
 namespace meshflow {
 

@@ -1,9 +1,9 @@
-#include "planner/plan_cache.h"
+#include "meshflow/planner/plan_cache.h"
 
 #include <functional>
 #include <utility>
 
-#include "planner/search.h"
+#include "meshflow/planner/search.h"
 
 namespace meshflow {
 uint64_t PlanCache::KeyHash(const Layout& from, const Layout& to, DType dtype, const Topology& topo) {

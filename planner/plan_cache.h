@@ -21,11 +21,11 @@
 #include <string>
 #include <unordered_map>
 
-#include "base/status.h"
-#include "dtensor/dtype.h"
-#include "dtensor/layout.h"
-#include "planner/cost_model.h"
-#include "planner/plan.h"
+#include "meshflow/base/status.h"
+#include "meshflow/dtensor/dtype.h"
+#include "meshflow/dtensor/layout.h"
+#include "meshflow/planner/cost_model.h"
+#include "meshflow/planner/plan.h"
 
 namespace meshflow {
 

@@ -1,13 +1,13 @@
 // Tests of PlanCache: hits and misses, key sensitivity (order, dtype, topology), sharing across
 // threads.
-#include "planner/plan_cache.h"
+#include "meshflow/planner/plan_cache.h"
 
 #include <gtest/gtest.h>
 
 #include <thread>
 #include <vector>
 
-#include "planner/test_util.h"
+#include "meshflow/planner/test_util.h"
 
 namespace meshflow {
 namespace {

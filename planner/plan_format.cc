@@ -1,4 +1,4 @@
-#include "planner/plan_format.h"
+#include "meshflow/planner/plan_format.h"
 
 #include <algorithm>
 #include <charconv>
@@ -8,7 +8,7 @@
 #include <set>
 #include <vector>
 
-#include "base/strings.h"
+#include "meshflow/base/strings.h"
 
 namespace meshflow {
 namespace {

@@ -31,8 +31,8 @@
 
 #include <string>
 
-#include "dtensor/layout.h"
-#include "planner/plan.h"
+#include "meshflow/dtensor/layout.h"
+#include "meshflow/planner/plan.h"
 
 namespace meshflow {
 

@@ -1,6 +1,6 @@
 // Tests of plan printing: the text form, JSON well-formedness and key sets (checked with a small
 // JSON parser written here), and layout pictures.
-#include "planner/plan_format.h"
+#include "meshflow/planner/plan_format.h"
 
 #include <gtest/gtest.h>
 
@@ -8,8 +8,8 @@
 #include <map>
 #include <set>
 
-#include "planner/search.h"
-#include "planner/test_util.h"
+#include "meshflow/planner/search.h"
+#include "meshflow/planner/test_util.h"
 
 namespace meshflow {
 namespace {

@@ -8,11 +8,11 @@
 #include <algorithm>
 #include <random>
 
-#include "planner/direct.h"
-#include "planner/greedy_reference.h"
-#include "planner/plan_format.h"
-#include "planner/search.h"
-#include "planner/test_util.h"
+#include "meshflow/planner/direct.h"
+#include "meshflow/planner/greedy_reference.h"
+#include "meshflow/planner/plan_format.h"
+#include "meshflow/planner/search.h"
+#include "meshflow/planner/test_util.h"
 
 namespace meshflow {
 namespace {

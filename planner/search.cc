@@ -1,11 +1,11 @@
-#include "planner/search.h"
+#include "meshflow/planner/search.h"
 
 #include <algorithm>
 #include <map>
 #include <queue>
 #include <tuple>
 
-#include "planner/transforms.h"
+#include "meshflow/planner/transforms.h"
 
 namespace meshflow {
 namespace {

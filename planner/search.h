@@ -28,11 +28,11 @@
 
 #include <vector>
 
-#include "base/status.h"
-#include "dtensor/dtype.h"
-#include "dtensor/layout.h"
-#include "planner/cost_model.h"
-#include "planner/plan.h"
+#include "meshflow/base/status.h"
+#include "meshflow/dtensor/dtype.h"
+#include "meshflow/dtensor/layout.h"
+#include "meshflow/planner/cost_model.h"
+#include "meshflow/planner/plan.h"
 
 namespace meshflow {
 

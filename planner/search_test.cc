@@ -1,6 +1,6 @@
 // Tests of the optimal planner: identity and errors, the DONE cases against the greedy reference,
 // and brute-force proofs of optimality over the same edge set on small meshes and shapes.
-#include "planner/search.h"
+#include "meshflow/planner/search.h"
 
 #include <gtest/gtest.h>
 
@@ -9,11 +9,11 @@
 #include <limits>
 #include <map>
 
-#include "planner/direct.h"
-#include "planner/greedy_reference.h"
-#include "planner/plan_format.h"
-#include "planner/test_util.h"
-#include "planner/transforms.h"
+#include "meshflow/planner/direct.h"
+#include "meshflow/planner/greedy_reference.h"
+#include "meshflow/planner/plan_format.h"
+#include "meshflow/planner/test_util.h"
+#include "meshflow/planner/transforms.h"
 
 namespace meshflow {
 namespace {

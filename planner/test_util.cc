@@ -1,11 +1,11 @@
-#include "planner/test_util.h"
+#include "meshflow/planner/test_util.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 
-#include "planner/transforms.h"
+#include "meshflow/planner/transforms.h"
 
 namespace meshflow::testing {
 namespace {

@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "base/status.h"
-#include "dtensor/layout.h"
-#include "planner/plan.h"
+#include "meshflow/base/status.h"
+#include "meshflow/dtensor/layout.h"
+#include "meshflow/planner/plan.h"
 
 namespace meshflow::testing {
 

@@ -1,4 +1,4 @@
-#include "planner/transforms.h"
+#include "meshflow/planner/transforms.h"
 
 #include <algorithm>
 #include <string>

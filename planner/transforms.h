@@ -30,9 +30,9 @@
 
 #include <vector>
 
-#include "base/status.h"
-#include "dtensor/layout.h"
-#include "planner/plan.h"
+#include "meshflow/base/status.h"
+#include "meshflow/dtensor/layout.h"
+#include "meshflow/planner/plan.h"
 
 namespace meshflow {
 

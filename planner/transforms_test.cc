@@ -1,10 +1,10 @@
 // Tests of the step rules: every builder on valid and invalid inputs, ValidateStep on rebuilt and
 // tampered steps, and CheckStepBoxes agreeing with the element-level checker of test_util.
-#include "planner/transforms.h"
+#include "meshflow/planner/transforms.h"
 
 #include <gtest/gtest.h>
 
-#include "planner/test_util.h"
+#include "meshflow/planner/test_util.h"
 
 namespace meshflow {
 namespace {

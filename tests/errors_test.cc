@@ -23,26 +23,26 @@
 
 #include <gtest/gtest.h>
 
-#include "checkpoint/checkpoint.h"
-#include "checkpoint/format.h"
-#include "collectives/dtensor_api.h"
-#include "collectives/executor.h"
-#include "collectives/mesh_comms.h"
-#include "collectives/mpi/mpi_communicator.h"
-#include "collectives/threads_world.h"
-#include "data/dataset.h"
-#include "data/loader.h"
-#include "dtensor/dtensor.h"
-#include "dtensor/layout.h"
-#include "dtensor/placement.h"
-#include "mesh/device_mesh.h"
-#include "ops/eager.h"
-#include "ops/graph.h"
-#include "ops/program.h"
-#include "ops/propagation.h"
-#include "planner/cost_model.h"
-#include "planner/greedy_reference.h"
-#include "planner/search.h"
+#include "meshflow/checkpoint/checkpoint.h"
+#include "meshflow/checkpoint/format.h"
+#include "meshflow/collectives/dtensor_api.h"
+#include "meshflow/collectives/executor.h"
+#include "meshflow/collectives/mesh_comms.h"
+#include "meshflow/collectives/mpi/mpi_communicator.h"
+#include "meshflow/collectives/threads/threads_world.h"
+#include "meshflow/data/dataset.h"
+#include "meshflow/data/loader.h"
+#include "meshflow/dtensor/dtensor.h"
+#include "meshflow/dtensor/layout.h"
+#include "meshflow/dtensor/placement.h"
+#include "meshflow/mesh/device_mesh.h"
+#include "meshflow/ops/eager.h"
+#include "meshflow/ops/graph.h"
+#include "meshflow/ops/program.h"
+#include "meshflow/ops/propagation.h"
+#include "meshflow/planner/cost_model.h"
+#include "meshflow/planner/greedy_reference.h"
+#include "meshflow/planner/search.h"
 
 namespace meshflow {
 namespace {
@@ -562,7 +562,7 @@ TEST(ErrorsTest, EagerExp_IntegerDtypeUnimplemented) {
     MF_ASSIGN_OR_RETURN(MeshComms comms, MeshComms::Create(c, m));
     MF_ASSIGN_OR_RETURN(DTensor x, Distribute(Tensor::Iota(DType::kI32, {4}), MakeLayout({4}, m, "S(0)"),
                                               c.world_rank()));
-    return ops::Exp(x, comms).status();
+    return Exp(x, comms).status();
   });
   for (const Status& s : st) EXPECT_ERROR(s, StatusCode::kUnimplemented, "dtype i32 not supported");
 }
@@ -575,7 +575,7 @@ TEST(ErrorsTest, EagerMatmul_ContractingSizesDiffer) {
                                               c.world_rank()));
     MF_ASSIGN_OR_RETURN(DTensor b, Distribute(Tensor::Iota(DType::kF32, {4, 2}), MakeLayout({4, 2}, m, "R"),
                                               c.world_rank()));
-    return ops::Matmul(a, b, comms).status();
+    return Matmul(a, b, comms).status();
   });
   for (const Status& s : st) EXPECT_ERROR(s, StatusCode::kInvalidArgument, "contracting sizes differ");
 }
@@ -589,7 +589,7 @@ TEST(ErrorsTest, EagerAdd_OperandsOnDifferentMeshes) {
                                               c.world_rank()));
     MF_ASSIGN_OR_RETURN(DTensor b, Distribute(Tensor::Iota(DType::kF32, {4}), MakeLayout({4}, named, "R"),
                                               c.world_rank()));
-    return ops::Add(a, b, comms).status();
+    return Add(a, b, comms).status();
   });
   for (const Status& s : st) EXPECT_ERROR(s, StatusCode::kInvalidArgument, "operands on different meshes");
 }
@@ -617,7 +617,7 @@ TEST(ErrorsTest, EagerReshape_ElementCountMismatch) {
         MF_ASSIGN_OR_RETURN(DTensor x, Dist(Tensor::Iota(DType::kF32, {4, 6}), m, "S(0)", r));
         return std::vector<DTensor>{x};
       },
-      [](const std::vector<DTensor>& in, MeshComms& comms) { return ops::Reshape(in[0], {5, 5}, comms).status(); });
+      [](const std::vector<DTensor>& in, MeshComms& comms) { return Reshape(in[0], {5, 5}, comms).status(); });
   for (const Status& s : st) EXPECT_ERROR(s, StatusCode::kInvalidArgument, "(24 elements) cannot become [5,5]");
 }
 
@@ -627,7 +627,7 @@ TEST(ErrorsTest, EagerPermute_NotAPermutation) {
         MF_ASSIGN_OR_RETURN(DTensor x, Dist(Tensor::Iota(DType::kF32, {4, 6}), m, "S(0)", r));
         return std::vector<DTensor>{x};
       },
-      [](const std::vector<DTensor>& in, MeshComms& comms) { return ops::Permute(in[0], {0, 0}, comms).status(); });
+      [](const std::vector<DTensor>& in, MeshComms& comms) { return Permute(in[0], {0, 0}, comms).status(); });
   for (const Status& s : st) EXPECT_ERROR(s, StatusCode::kInvalidArgument, "is not a permutation of the dims");
 }
 
@@ -638,7 +638,7 @@ TEST(ErrorsTest, EagerEmbedding_FloatIds) {
         MF_ASSIGN_OR_RETURN(DTensor ids, Dist(Tensor::Zeros(DType::kF32, {2}), m, "R", r));
         return std::vector<DTensor>{table, ids};
       },
-      [](const std::vector<DTensor>& in, MeshComms& comms) { return ops::Embedding(in[0], in[1], comms).status(); });
+      [](const std::vector<DTensor>& in, MeshComms& comms) { return Embedding(in[0], in[1], comms).status(); });
   for (const Status& s : st) EXPECT_ERROR(s, StatusCode::kInvalidArgument, "ids dtype f32 must be i32 or i64");
 }
 
@@ -652,7 +652,7 @@ TEST(ErrorsTest, EagerEmbedding_IdOutOfRange) {
         MF_ASSIGN_OR_RETURN(DTensor ids, Dist(id_values, m, "R", r));
         return std::vector<DTensor>{table, ids};
       },
-      [](const std::vector<DTensor>& in, MeshComms& comms) { return ops::Embedding(in[0], in[1], comms).status(); });
+      [](const std::vector<DTensor>& in, MeshComms& comms) { return Embedding(in[0], in[1], comms).status(); });
   for (const Status& s : st) EXPECT_ERROR(s, StatusCode::kInvalidArgument, "id 7 at 0 outside [0, 4)");
 }
 
@@ -665,7 +665,7 @@ TEST(ErrorsTest, EagerConcat_MismatchedNonConcatDims) {
       },
       [](const std::vector<DTensor>& in, MeshComms& comms) {
         const DTensor* xs[] = {&in[0], &in[1]};
-        return ops::Concat(xs, /*dim=*/0, comms).status();
+        return Concat(xs, /*dim=*/0, comms).status();
       });
   for (const Status& s : st) {
     EXPECT_ERROR(s, StatusCode::kInvalidArgument, "operand 1 shape [2,4] does not match operand 0 shape [2,3]");
@@ -679,7 +679,7 @@ TEST(ErrorsTest, EagerSlice_ZeroStep) {
         return std::vector<DTensor>{x};
       },
       [](const std::vector<DTensor>& in, MeshComms& comms) {
-        return ops::Slice(in[0], /*dim=*/1, 0, 6, /*step=*/0, comms).status();
+        return Slice(in[0], /*dim=*/1, 0, 6, /*step=*/0, comms).status();
       });
   for (const Status& s : st) EXPECT_ERROR(s, StatusCode::kInvalidArgument, "step 0 must be >= 1");
 }
@@ -692,7 +692,7 @@ TEST(ErrorsTest, EagerCrossEntropy_TargetsShapeMismatch) {
         return std::vector<DTensor>{logits, targets};
       },
       [](const std::vector<DTensor>& in, MeshComms& comms) {
-        return ops::CrossEntropy(in[0], in[1], ops::LossReduction::kMean, comms).status();
+        return CrossEntropy(in[0], in[1], LossReduction::kMean, comms).status();
       });
   for (const Status& s : st) {
     EXPECT_ERROR(s, StatusCode::kInvalidArgument, "targets shape [3] must be the logits shape [4,5] without its last dim");
@@ -707,7 +707,7 @@ TEST(ErrorsTest, EagerLayerNorm_WeightShapeMismatch) {
         return std::vector<DTensor>{x, w};
       },
       [](const std::vector<DTensor>& in, MeshComms& comms) {
-        return ops::LayerNorm(in[0], /*normalized_ndim=*/1, &in[1], /*bias=*/nullptr, 1e-5, comms).status();
+        return LayerNorm(in[0], /*normalized_ndim=*/1, &in[1], /*bias=*/nullptr, 1e-5, comms).status();
       });
   for (const Status& s : st) {
     EXPECT_ERROR(s, StatusCode::kInvalidArgument, "layer_norm: weight shape [5] differs from the normalized dims [6]");
@@ -717,83 +717,83 @@ TEST(ErrorsTest, EagerLayerNorm_WeightShapeMismatch) {
 // ---- Graph, propagation and programs ----
 
 TEST(ErrorsTest, GraphInput_DuplicateName) {
-  ops::Graph g(Mesh({2}));
+  Graph g(Mesh({2}));
   ASSERT_TRUE(g.Input("x", {4, 2}, DType::kF32).ok());
   EXPECT_ERROR(g.Param("x", {2}, DType::kF32), StatusCode::kInvalidArgument, "duplicate value name 'x'");
 }
 
 TEST(ErrorsTest, GraphApply_UnknownValueId) {
-  ops::Graph g(Mesh({2}));
-  const ops::ValueId x = *g.Input("x", {4, 2}, DType::kF32);
-  EXPECT_ERROR(g.Apply(ops::OpSpec::Binary(ops::BinaryOp::kAdd), {x, 7}, "y"), StatusCode::kInvalidArgument,
+  Graph g(Mesh({2}));
+  const ValueId x = *g.Input("x", {4, 2}, DType::kF32);
+  EXPECT_ERROR(g.Apply(OpSpec::Binary(BinaryOp::kAdd), {x, 7}, "y"), StatusCode::kInvalidArgument,
                "unknown value id 7 (graph has 1 values)");
 }
 
 TEST(ErrorsTest, GraphAnnotate_LayoutShapeMismatch) {
   const DeviceMesh m = Mesh({2});
-  ops::Graph g(m);
-  const ops::ValueId x = *g.Input("x", {4, 2}, DType::kF32);
+  Graph g(m);
+  const ValueId x = *g.Input("x", {4, 2}, DType::kF32);
   EXPECT_ERROR(g.Annotate(x, MakeLayout({4, 3}, m, "S(0)")), StatusCode::kInvalidArgument,
                "layout shape [4,3] != value shape [4,2]");
 }
 
 TEST(ErrorsTest, GraphAnnotate_ConflictingAnnotation) {
-  ops::Graph g(Mesh({2}));
-  const ops::ValueId x = *g.Input("x", {4, 2}, DType::kF32);
+  Graph g(Mesh({2}));
+  const ValueId x = *g.Input("x", {4, 2}, DType::kF32);
   ASSERT_TRUE(g.Annotate(x, "S(0)").ok());
   EXPECT_ERROR(g.Annotate(x, "S(1)"), StatusCode::kInvalidArgument, "already annotated S(0), now S(1)");
 }
 
 TEST(ErrorsTest, GraphMarkOutput_Twice) {
-  ops::Graph g(Mesh({2}));
-  const ops::ValueId x = *g.Input("x", {4, 2}, DType::kF32);
-  const ops::ValueId y = *g.Apply(ops::OpSpec::Unary(ops::UnaryOp::kNeg), {x}, "y");
+  Graph g(Mesh({2}));
+  const ValueId x = *g.Input("x", {4, 2}, DType::kF32);
+  const ValueId y = *g.Apply(OpSpec::Unary(UnaryOp::kNeg), {x}, "y");
   ASSERT_TRUE(g.MarkOutput(y).ok());
   EXPECT_ERROR(g.MarkOutput(y), StatusCode::kInvalidArgument, "value 'y' is already an output");
 }
 
 // A compiled program y = neg(x), x: f32[4,2], on a 2-rank mesh.
-ops::Program NegProgram(const DeviceMesh& m) {
-  ops::Graph g(m);
-  const ops::ValueId x = *g.Input("x", {4, 2}, DType::kF32);
-  EXPECT_TRUE(g.MarkOutput(*g.Apply(ops::OpSpec::Unary(ops::UnaryOp::kNeg), {x}, "y")).ok());
-  StatusOr<ops::Program> p = ops::Compile(g);
+Program NegProgram(const DeviceMesh& m) {
+  Graph g(m);
+  const ValueId x = *g.Input("x", {4, 2}, DType::kF32);
+  EXPECT_TRUE(g.MarkOutput(*g.Apply(OpSpec::Unary(UnaryOp::kNeg), {x}, "y")).ok());
+  StatusOr<Program> p = Compile(g);
   EXPECT_TRUE(p.ok()) << p.status();
   return *std::move(p);
 }
 
 TEST(ErrorsTest, ProgramExecute_WrongInputCount) {
   const DeviceMesh m = Mesh({2});
-  const ops::Program p = NegProgram(m);
+  const Program p = NegProgram(m);
   std::vector<Status> st = RunRanks(2, [&](Communicator& c) -> Status {
     MF_ASSIGN_OR_RETURN(MeshComms comms, MeshComms::Create(c, m));
-    return ops::Execute(p, comms, {}).status();
+    return Execute(p, comms, {}).status();
   });
   for (const Status& s : st) EXPECT_ERROR(s, StatusCode::kInvalidArgument, "execute: expected 1 inputs, got 0");
 }
 
 TEST(ErrorsTest, ProgramExecute_WrongInputShape) {
   const DeviceMesh m = Mesh({2});
-  const ops::Program p = NegProgram(m);
+  const Program p = NegProgram(m);
   std::vector<Status> st = RunRanks(2, [&](Communicator& c) -> Status {
     MF_ASSIGN_OR_RETURN(MeshComms comms, MeshComms::Create(c, m));
     MF_ASSIGN_OR_RETURN(DTensor x, Dist(Tensor::Iota(DType::kF32, {4, 3}), m, "S(0)", c.world_rank()));
-    return ops::Execute(p, comms, std::span<const DTensor>(&x, 1)).status();
+    return Execute(p, comms, std::span<const DTensor>(&x, 1)).status();
   });
   for (const Status& s : st) EXPECT_ERROR(s, StatusCode::kInvalidArgument, "input 'x' is f32[4,3], expected f32[4,2]");
 }
 
 
 TEST(ErrorsTest, Compile_NonPositiveBandwidth) {
-  ops::Graph g(Mesh({2}));
-  const ops::ValueId x = *g.Input("x", {4, 2}, DType::kF32);
-  const ops::ValueId w = *g.Param("w", {2, 6}, DType::kF32);
-  ASSERT_TRUE(g.MarkOutput(*g.Apply(ops::OpSpec::Matmul(), {x, w}, "y")).ok());
-  ops::PropagationOptions o;
+  Graph g(Mesh({2}));
+  const ValueId x = *g.Input("x", {4, 2}, DType::kF32);
+  const ValueId w = *g.Param("w", {2, 6}, DType::kF32);
+  ASSERT_TRUE(g.MarkOutput(*g.Apply(OpSpec::Matmul(), {x, w}, "y")).ok());
+  PropagationOptions o;
   o.topology.intra_dims = std::vector<int>{};
   o.topology.bw_inter_gbps = 0;
-  EXPECT_ERROR(ops::Compile(g, o), StatusCode::kInvalidArgument, "topology bw_inter=0 must be > 0");
-  EXPECT_ERROR(ops::Propagate(g, o), StatusCode::kInvalidArgument, "topology bw_inter=0 must be > 0");
+  EXPECT_ERROR(Compile(g, o), StatusCode::kInvalidArgument, "topology bw_inter=0 must be > 0");
+  EXPECT_ERROR(Propagate(g, o), StatusCode::kInvalidArgument, "topology bw_inter=0 must be > 0");
 }
 
 // ---- dtplan CLI (exit code 2 and a message on bad input) ----

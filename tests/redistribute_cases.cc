@@ -1,10 +1,10 @@
-#include "tests/redistribute_cases.h"
+#include "meshflow/tests/redistribute_cases.h"
 
 #include <algorithm>
 #include <span>
 #include <utility>
 
-#include "collectives/executor.h"
+#include "meshflow/collectives/executor.h"
 
 namespace meshflow {
 

@@ -20,10 +20,10 @@
 #include <string>
 #include <vector>
 
-#include "base/status.h"
-#include "collectives/dtensor_api.h"
-#include "collectives/mesh_comms.h"
-#include "dtensor/dtensor.h"
+#include "meshflow/base/status.h"
+#include "meshflow/collectives/dtensor_api.h"
+#include "meshflow/collectives/mesh_comms.h"
+#include "meshflow/dtensor/dtensor.h"
 
 namespace meshflow {
 

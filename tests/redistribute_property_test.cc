@@ -14,13 +14,13 @@
 
 #include <gtest/gtest.h>
 
-#include "base/test_cases.h"
-#include "collectives/dtensor_api.h"
-#include "collectives/executor.h"
-#include "collectives/mesh_comms.h"
-#include "collectives/threads_world.h"
-#include "dtensor/dtensor.h"
-#include "tests/redistribute_cases.h"
+#include "meshflow/base/test_cases.h"
+#include "meshflow/collectives/dtensor_api.h"
+#include "meshflow/collectives/executor.h"
+#include "meshflow/collectives/mesh_comms.h"
+#include "meshflow/collectives/threads/threads_world.h"
+#include "meshflow/dtensor/dtensor.h"
+#include "meshflow/tests/redistribute_cases.h"
 
 namespace meshflow {
 namespace {

@@ -10,12 +10,12 @@
 
 #include <gtest/gtest.h>
 
-#include "checkpoint/checkpoint.h"
-#include "collectives/mesh_comms.h"
-#include "collectives/threads_world.h"
-#include "data/dataset.h"
-#include "data/loader.h"
-#include "dtensor/dtensor.h"
+#include "meshflow/checkpoint/checkpoint.h"
+#include "meshflow/collectives/mesh_comms.h"
+#include "meshflow/collectives/threads/threads_world.h"
+#include "meshflow/data/dataset.h"
+#include "meshflow/data/loader.h"
+#include "meshflow/dtensor/dtensor.h"
 
 namespace meshflow {
 namespace {

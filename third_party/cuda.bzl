@@ -17,6 +17,7 @@ to add one.
 """
 
 load("@local_cuda//:defs.bzl", "CUDA_AVAILABLE", "CUDA_ROOT")
+load("//:build_defs.bzl", "mf_cc_binary", "mf_cc_library", "mf_cc_test")
 
 NVCC_ARCH_FLAGS = "-gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90"
 
@@ -31,26 +32,33 @@ def cuda_object(name, src, hdrs = [], **kwargs):
     """Compiles one .cu file with nvcc into `<name>.o` (put the target in a cc_library's srcs)."""
     if not CUDA_AVAILABLE:
         return
+    # Sources include project headers as "meshflow/<folder>/<file>.h": nvcc gets a temporary
+    # include directory whose `meshflow` entry is this repository's root in the execroot ("." in
+    # meshflow's own workspace, external/<name> when a consumer builds it).
+    repo = native.repository_name()
+    root = "." if repo == "@" else "external/" + repo[1:]
     native.genrule(
         name = name,
         srcs = [src] + hdrs,
         outs = [name + ".o"],
-        cmd = "%s/bin/nvcc -c %s %s -I. $(location %s) -o $@" % (CUDA_ROOT, NVCC_FLAGS, NVCC_ARCH_FLAGS, src),
+        cmd = ("INC=$$(mktemp -d); trap 'rm -rf \"$$INC\"' EXIT; ln -s \"$$PWD/%s\" \"$$INC/meshflow\"; " +
+               "%s/bin/nvcc -c %s %s -I\"$$INC\" $(location %s) -o $@") %
+              (root, CUDA_ROOT, NVCC_FLAGS, NVCC_ARCH_FLAGS, src),
         message = "nvcc %s" % src,
         **kwargs
     )
 
 def cuda_cc_library(**kwargs):
     if CUDA_AVAILABLE:
-        native.cc_library(**kwargs)
+        mf_cc_library(**kwargs)
 
 def cuda_cc_binary(**kwargs):
     if CUDA_AVAILABLE:
-        native.cc_binary(**kwargs)
+        mf_cc_binary(**kwargs)
 
 def cuda_cc_test(**kwargs):
     if CUDA_AVAILABLE:
-        native.cc_test(**kwargs)
+        mf_cc_test(**kwargs)
 
 def cuda_sh_test(**kwargs):
     if CUDA_AVAILABLE:

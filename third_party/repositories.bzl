@@ -61,3 +61,17 @@ cuda_configure = repository_rule(
     environ = ["CUDA_PATH", "MESHFLOW_DISABLE_CUDA"],
     local = True,
 )
+
+def _local_dir_repo_impl(ctx):
+    # The repository is the directory that holds `marker` (a file of meshflow's own tree, named by
+    # a Label so that it resolves inside meshflow's workspace however meshflow was brought in).
+    directory = ctx.path(ctx.attr.marker).dirname
+    for child in directory.readdir():
+        ctx.symlink(child, child.basename)
+
+local_dir_repo = repository_rule(
+    implementation = _local_dir_repo_impl,
+    attrs = {"marker": attr.label(mandatory = True, allow_single_file = True)},
+    local = True,
+    doc = "A repository made of the directory of `marker` (like local_repository, by label).",
+)

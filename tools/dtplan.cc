@@ -18,13 +18,13 @@
 #include <string>
 #include <vector>
 
-#include "base/parse.h"
-#include "collectives/dtensor_api.h"
-#include "collectives/executor.h"
-#include "collectives/mesh_comms.h"
-#include "collectives/threads_world.h"
-#include "dtensor/dtensor.h"
-#include "planner/plan_format.h"
+#include "meshflow/base/parse.h"
+#include "meshflow/collectives/dtensor_api.h"
+#include "meshflow/collectives/executor.h"
+#include "meshflow/collectives/mesh_comms.h"
+#include "meshflow/collectives/threads/threads_world.h"
+#include "meshflow/dtensor/dtensor.h"
+#include "meshflow/planner/plan_format.h"
 
 namespace meshflow {
 namespace {

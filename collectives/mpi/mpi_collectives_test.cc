@@ -7,7 +7,7 @@
 // / zero counts, in place and out of place. Expected values are computed locally: every rank regenerates the inputs of
 // every rank, and reductions are checked bit-exactly against collectives/reduce.h folded in rank order (plus one
 // hand-written case that only a rank-order fold passes). Byte counters are checked against the formulas of the threads
-// backend (collectives/threads_world.h). Error paths: local argument errors, mismatches (every rank gets the same
+// backend (collectives/threads/threads_world.h). Error paths: local argument errors, mismatches (every rank gets the same
 // FailedPrecondition, then Aborted), timeouts that name the absent rank, SendRecv size mismatches.
 //
 // Every rank runs the same sequence of named checks; at the end the failures are combined over the
@@ -24,8 +24,8 @@
 #include <string>
 #include <vector>
 
-#include "collectives/mpi/mpi_communicator.h"
-#include "collectives/reduce.h"
+#include "meshflow/collectives/mpi/mpi_communicator.h"
+#include "meshflow/collectives/reduce.h"
 
 namespace meshflow {
 namespace {

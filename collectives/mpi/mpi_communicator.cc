@@ -1,4 +1,4 @@
-#include "collectives/mpi/mpi_communicator.h"
+#include "meshflow/collectives/mpi/mpi_communicator.h"
 
 #include <algorithm>
 #include <atomic>
@@ -11,8 +11,8 @@
 #include <thread>
 #include <utility>
 
-#include "collectives/call_check.h"
-#include "collectives/reduce.h"
+#include "meshflow/collectives/call_check.h"
+#include "meshflow/collectives/reduce.h"
 
 namespace meshflow {
 

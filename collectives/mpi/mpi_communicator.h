@@ -114,8 +114,8 @@
 #include <string>
 #include <vector>
 
-#include "base/status.h"
-#include "collectives/communicator.h"
+#include "meshflow/base/status.h"
+#include "meshflow/collectives/communicator.h"
 
 namespace meshflow {
 

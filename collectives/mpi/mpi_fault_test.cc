@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "collectives/mpi/mpi_communicator.h"
+#include "meshflow/collectives/mpi/mpi_communicator.h"
 
 namespace meshflow {
 namespace {

@@ -1,10 +1,10 @@
-#include "collectives/nccl/device_kernels.h"
+#include "meshflow/collectives/nccl/device_kernels.h"
 
 #include <string>
 
-#include "collectives/call_check.h"
-#include "collectives/nccl/cuda_status.h"
-#include "collectives/nccl/device_kernels_launch.h"
+#include "meshflow/collectives/call_check.h"
+#include "meshflow/cuda/cuda_status.h"
+#include "meshflow/collectives/nccl/device_kernels_launch.h"
 
 namespace meshflow {
 

@@ -2,7 +2,7 @@
 // rank-order reduction that keeps device reductions bit-identical to collectives/reduce.cc.
 #include <cstdint>
 
-#include "collectives/nccl/device_kernels_launch.h"
+#include "meshflow/collectives/nccl/device_kernels_launch.h"
 
 namespace meshflow {
 namespace cuda_launch {

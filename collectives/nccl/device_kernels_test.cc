@@ -1,7 +1,7 @@
 // Device pack/unpack and rank-order reduction kernels vs their CPU references (CopyRegion in
 // dtensor/tensor.h, ReduceBuffers in collectives/reduce.h). Argument checks run everywhere; kernel
 // tests skip without a CUDA device.
-#include "collectives/nccl/device_kernels.h"
+#include "meshflow/collectives/nccl/device_kernels.h"
 
 #include <cuda_runtime_api.h>
 
@@ -13,9 +13,9 @@
 
 #include <gtest/gtest.h>
 
-#include "collectives/nccl/cuda_test_util.h"
-#include "collectives/reduce.h"
-#include "dtensor/tensor.h"
+#include "meshflow/cuda/cuda_test_util.h"
+#include "meshflow/collectives/reduce.h"
+#include "meshflow/dtensor/tensor.h"
 
 namespace meshflow {
 namespace {

@@ -1,4 +1,4 @@
-#include "collectives/nccl/nccl_communicator.h"
+#include "meshflow/collectives/nccl/nccl_communicator.h"
 
 #include <algorithm>
 #include <cstddef>
@@ -8,10 +8,10 @@
 #include <thread>
 #include <utility>
 
-#include "collectives/call_check.h"
-#include "collectives/nccl/cuda_status.h"
-#include "collectives/nccl/device_kernels.h"
-#include "dtensor/box.h"
+#include "meshflow/collectives/call_check.h"
+#include "meshflow/cuda/cuda_status.h"
+#include "meshflow/collectives/nccl/device_kernels.h"
+#include "meshflow/dtensor/box.h"
 
 namespace meshflow {
 

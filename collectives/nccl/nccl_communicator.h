@@ -3,7 +3,7 @@
 // Overview. A rank owns one ncclComm_t, its CUDA device and one CUDA stream (the "comm stream").
 // Worlds come from:
 //   - NcclWorld::Create(devices): several GPUs driven by one process (ncclCommInitAll); Run() starts
-//     one thread per rank, like ThreadWorld (collectives/threads_world.h);
+//     one thread per rank, like ThreadWorld (collectives/threads/threads_world.h);
 //   - NcclMpiWorld() (collectives/nccl/nccl_mpi.h): one process per GPU under mpirun; the NCCL
 //     unique id is broadcast over MPI and every rank calls ncclCommInitRank;
 //   - NcclCommunicator::CreateFromUniqueId for any other launcher.
@@ -95,8 +95,8 @@
 #include <string>
 #include <vector>
 
-#include "base/status.h"
-#include "collectives/communicator.h"
+#include "meshflow/base/status.h"
+#include "meshflow/collectives/communicator.h"
 
 namespace meshflow {
 

@@ -4,7 +4,7 @@
 // small integers), Split, NcclGroup, byte counters, argument errors and the timeout. With one GPU the
 // world has size 1, which still runs every code path except the NCCL transfers between ranks.
 // Without a device every test but the "no device" one skips.
-#include "collectives/nccl/nccl_communicator.h"
+#include "meshflow/collectives/nccl/nccl_communicator.h"
 
 #include <cuda_runtime_api.h>
 
@@ -16,9 +16,9 @@
 
 #include <gtest/gtest.h>
 
-#include "collectives/nccl/cuda_status.h"
-#include "collectives/nccl/cuda_test_util.h"
-#include "collectives/reduce.h"
+#include "meshflow/cuda/cuda_status.h"
+#include "meshflow/cuda/cuda_test_util.h"
+#include "meshflow/collectives/reduce.h"
 
 namespace meshflow {
 namespace {

@@ -9,9 +9,9 @@
 
 #include <gtest/gtest.h>
 
-#include "base/status.h"
-#include "collectives/nccl/cuda_status.h"
-#include "collectives/nccl/nccl_communicator.h"
+#include "meshflow/base/status.h"
+#include "meshflow/cuda/cuda_status.h"
+#include "meshflow/collectives/nccl/nccl_communicator.h"
 
 namespace meshflow {
 namespace {

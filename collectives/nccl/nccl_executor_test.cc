@@ -12,12 +12,12 @@
 
 #include <gtest/gtest.h>
 
-#include "collectives/dtensor_api.h"
-#include "collectives/executor.h"
-#include "collectives/mesh_comms.h"
-#include "collectives/nccl/cuda_test_util.h"
-#include "collectives/nccl/nccl_communicator.h"
-#include "dtensor/dtensor.h"
+#include "meshflow/collectives/dtensor_api.h"
+#include "meshflow/collectives/executor.h"
+#include "meshflow/collectives/mesh_comms.h"
+#include "meshflow/cuda/cuda_test_util.h"
+#include "meshflow/collectives/nccl/nccl_communicator.h"
+#include "meshflow/dtensor/dtensor.h"
 
 namespace meshflow {
 namespace {

@@ -1,11 +1,11 @@
-#include "collectives/nccl/nccl_mpi.h"
+#include "meshflow/collectives/nccl/nccl_mpi.h"
 
 #include <mpi.h>
 
 #include <cstring>
 #include <string>
 
-#include "collectives/nccl/cuda_status.h"
+#include "meshflow/cuda/cuda_status.h"
 
 namespace meshflow {
 

@@ -20,9 +20,9 @@
 
 #include <memory>
 
-#include "base/status.h"
-#include "collectives/mpi/mpi_communicator.h"
-#include "collectives/nccl/nccl_communicator.h"
+#include "meshflow/base/status.h"
+#include "meshflow/collectives/mpi/mpi_communicator.h"
+#include "meshflow/collectives/nccl/nccl_communicator.h"
 
 namespace meshflow {
 

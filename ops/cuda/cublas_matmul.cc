@@ -1,4 +1,4 @@
-#include "ops/cuda/cublas_matmul.h"
+#include "meshflow/ops/cuda/cublas_matmul.h"
 
 #include <cublas_v2.h>
 
@@ -6,10 +6,10 @@
 #include <map>
 #include <string>
 
-#include "collectives/nccl/cuda_status.h"
-#include "ops/shape_util.h"
+#include "meshflow/cuda/cuda_status.h"
+#include "meshflow/ops/shape_util.h"
 
-namespace meshflow::ops {
+namespace meshflow {
 
 namespace {
 
@@ -196,4 +196,4 @@ StatusOr<Tensor> CudaMatmulKernel(const Tensor& a, const Tensor& b, const CudaMa
   return c;
 }
 
-}  // namespace meshflow::ops
+}  // namespace meshflow

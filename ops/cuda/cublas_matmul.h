@@ -1,4 +1,4 @@
-// cuBLAS batched matmul: the GPU counterpart of ops::MatmulKernel (ops/kernels.h).
+// cuBLAS batched matmul: the GPU counterpart of MatmulKernel (ops/kernels.h).
 //
 // Overview. Same semantics as the CPU kernel: a [..., m, k] x b [..., k, n] -> [batch..., m, n],
 // row-major, rank >= 2, batch dims broadcast like numpy; f32 and f64 (bf16 host tensors are
@@ -9,8 +9,8 @@
 // Accumulation: f32 in f32 (CUBLAS_COMPUTE_32F; TF32 tensor cores only with allow_tf32), f64 in f64.
 // Results match the Eigen kernel up to summation order (tests: relative 1e-5 for f32).
 //
-//   MF_ASSIGN_OR_RETURN(Tensor c, ops::CudaMatmulKernel(a, b));              // host tensors
-//   MF_RETURN_IF_ERROR(ops::CudaMatmulDevice(d_a, {8, 64, 32}, d_b, {32, 16}, d_c, DType::kF32, stream));
+//   MF_ASSIGN_OR_RETURN(Tensor c, CudaMatmulKernel(a, b));              // host tensors
+//   MF_RETURN_IF_ERROR(CudaMatmulDevice(d_a, {8, 64, 32}, d_b, {32, 16}, d_c, DType::kF32, stream));
 //
 // Host entry: allocates device buffers, copies in and out on a per-thread stream and synchronizes.
 // Device entry: enqueues on `stream` without host synchronization. Each thread keeps one cuBLAS
@@ -24,11 +24,11 @@
 #include <span>
 #include <vector>
 
-#include "base/status.h"
-#include "dtensor/dtype.h"
-#include "dtensor/tensor.h"
+#include "meshflow/base/status.h"
+#include "meshflow/dtensor/dtype.h"
+#include "meshflow/dtensor/tensor.h"
 
-namespace meshflow::ops {
+namespace meshflow {
 
 struct CudaMatmulOptions {
   // f32 only: let cuBLAS use TF32 tensor cores (10-bit mantissa products; much faster on H100/H200,
@@ -50,6 +50,6 @@ Status CudaMatmulDevice(const void* a, std::span<const int64_t> a_shape, const v
                         std::span<const int64_t> b_shape, void* c, DType dtype, cudaStream_t stream,
                         const CudaMatmulOptions& options = {});
 
-}  // namespace meshflow::ops
+}  // namespace meshflow
 
 #endif  // MESHFLOW_OPS_CUDA_CUBLAS_MATMUL_H_

@@ -1,4 +1,4 @@
-// cublas_matmul_bench: cuBLAS GEMM throughput of ops::CudaMatmulDevice on device buffers.
+// cublas_matmul_bench: cuBLAS GEMM throughput of CudaMatmulDevice on device buffers.
 //
 //   bazel run -c opt //ops/cuda:cublas_matmul_bench -- [SIZE [ITERS]]     (default 4096, 20)
 //
@@ -11,10 +11,10 @@
 #include <cstdlib>
 #include <string>
 
-#include "collectives/nccl/cuda_status.h"
-#include "ops/cuda/cublas_matmul.h"
+#include "meshflow/cuda/cuda_status.h"
+#include "meshflow/ops/cuda/cublas_matmul.h"
 
-namespace meshflow::ops {
+namespace meshflow {
 namespace {
 
 StatusOr<double> Measure(int64_t size, int iters, DType dtype, bool tf32) {
@@ -86,6 +86,6 @@ int Main(int argc, char** argv) {
 }
 
 }  // namespace
-}  // namespace meshflow::ops
+}  // namespace meshflow
 
-int main(int argc, char** argv) { return meshflow::ops::Main(argc, argv); }
+int main(int argc, char** argv) { return meshflow::Main(argc, argv); }

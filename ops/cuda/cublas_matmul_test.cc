@@ -1,7 +1,7 @@
-// CudaMatmulKernel (cuBLAS) vs the Eigen kernel ops::MatmulKernel: shapes with batch broadcasting
+// CudaMatmulKernel (cuBLAS) vs the Eigen kernel MatmulKernel: shapes with batch broadcasting
 // of every kind, empty dims, f32/f64/bf16; plus the device entry point and argument errors. Tests
 // that need a GPU skip without one.
-#include "ops/cuda/cublas_matmul.h"
+#include "meshflow/ops/cuda/cublas_matmul.h"
 
 #include <cuda_runtime.h>
 
@@ -11,10 +11,10 @@
 
 #include <gtest/gtest.h>
 
-#include "collectives/nccl/cuda_test_util.h"
-#include "ops/kernels.h"
+#include "meshflow/cuda/cuda_test_util.h"
+#include "meshflow/ops/kernels.h"
 
-namespace meshflow::ops {
+namespace meshflow {
 namespace {
 
 Tensor Random(DType dtype, std::vector<int64_t> shape, std::mt19937& rng) {
@@ -88,4 +88,4 @@ TEST(CudaMatmulTest, DeviceEntryPoint) {
 }
 
 }  // namespace
-}  // namespace meshflow::ops
+}  // namespace meshflow

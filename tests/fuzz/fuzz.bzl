@@ -1,5 +1,7 @@
 """meshflow_fuzz_target: a libFuzzer target plus its seed-corpus replay test (tests/fuzz/)."""
 
+load("//:build_defs.bzl", "mf_cc_binary", "mf_cc_library", "mf_cc_test")
+
 def meshflow_fuzz_target(name, deps, size = "small"):
     """Declares <name>_fuzz_lib, <name>_fuzz_test and <name>_fuzzer.
 
@@ -8,14 +10,14 @@ def meshflow_fuzz_target(name, deps, size = "small"):
       deps: libraries the fuzzer source uses.
       size: size of the replay test.
     """
-    native.cc_library(
+    mf_cc_library(
         name = name + "_fuzz_lib",
         testonly = True,
         srcs = [name + "_fuzzer.cc"],
         deps = deps + [":fuzz_input"],
         alwayslink = True,
     )
-    native.cc_test(
+    mf_cc_test(
         name = name + "_fuzz_test",
         size = size,
         args = ["tests/fuzz/corpus/" + name],
@@ -27,7 +29,7 @@ def meshflow_fuzz_target(name, deps, size = "small"):
     )
     # Built only on request (run_fuzzers.sh names it): in the default config it is the same link
     # as the _fuzz_test above.
-    native.cc_binary(
+    mf_cc_binary(
         name = name + "_fuzzer",
         testonly = True,
         tags = ["manual"],

@@ -21,16 +21,16 @@
 #include <string_view>
 #include <vector>
 
-#include "base/parse.h"
-#include "collectives/dtensor_api.h"
-#include "data/loader.h"
-#include "dtensor/dtype.h"
-#include "dtensor/layout.h"
-#include "dtensor/placement.h"
-#include "mesh/device_mesh.h"
-#include "planner/cost_model.h"
-#include "planner/plan_format.h"
-#include "tests/fuzz/fuzz_input.h"
+#include "meshflow/base/parse.h"
+#include "meshflow/collectives/dtensor_api.h"
+#include "meshflow/data/loader.h"
+#include "meshflow/dtensor/dtype.h"
+#include "meshflow/dtensor/layout.h"
+#include "meshflow/dtensor/placement.h"
+#include "meshflow/mesh/device_mesh.h"
+#include "meshflow/planner/cost_model.h"
+#include "meshflow/planner/plan_format.h"
+#include "meshflow/tests/fuzz/fuzz_input.h"
 
 namespace meshflow::fuzz {
 namespace {

@@ -26,14 +26,14 @@
 #include <string>
 #include <vector>
 
-#include "collectives/dtensor_api.h"
-#include "collectives/executor.h"
-#include "collectives/mesh_comms.h"
-#include "collectives/threads_world.h"
-#include "dtensor/dtensor.h"
-#include "planner/plan_cache.h"
-#include "planner/search.h"
-#include "tests/fuzz/fuzz_input.h"
+#include "meshflow/collectives/dtensor_api.h"
+#include "meshflow/collectives/executor.h"
+#include "meshflow/collectives/mesh_comms.h"
+#include "meshflow/collectives/threads/threads_world.h"
+#include "meshflow/dtensor/dtensor.h"
+#include "meshflow/planner/plan_cache.h"
+#include "meshflow/planner/search.h"
+#include "meshflow/tests/fuzz/fuzz_input.h"
 
 namespace meshflow::fuzz {
 namespace {

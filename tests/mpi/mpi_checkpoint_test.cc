@@ -9,10 +9,10 @@
 #include <string>
 #include <vector>
 
-#include "checkpoint/checkpoint.h"
-#include "collectives/mesh_comms.h"
-#include "collectives/mpi/mpi_communicator.h"
-#include "dtensor/dtensor.h"
+#include "meshflow/checkpoint/checkpoint.h"
+#include "meshflow/collectives/mesh_comms.h"
+#include "meshflow/collectives/mpi/mpi_communicator.h"
+#include "meshflow/dtensor/dtensor.h"
 
 namespace meshflow {
 namespace {

@@ -23,12 +23,12 @@
 #include <string>
 #include <vector>
 
-#include "collectives/dtensor_api.h"
-#include "collectives/executor.h"
-#include "collectives/mesh_comms.h"
-#include "collectives/mpi/mpi_communicator.h"
-#include "dtensor/dtensor.h"
-#include "tests/redistribute_cases.h"
+#include "meshflow/collectives/dtensor_api.h"
+#include "meshflow/collectives/executor.h"
+#include "meshflow/collectives/mesh_comms.h"
+#include "meshflow/collectives/mpi/mpi_communicator.h"
+#include "meshflow/dtensor/dtensor.h"
+#include "meshflow/tests/redistribute_cases.h"
 
 namespace meshflow {
 namespace {

@@ -1,4 +1,4 @@
-#include "collectives/nccl/cuda_status.h"
+#include "meshflow/cuda/cuda_status.h"
 
 namespace meshflow {
 

@@ -11,15 +11,15 @@
 // CudaDeviceCount() reports how many devices the runtime sees (0 when there is no device or no
 // driver, which is not an error: machines without a GPU build and skip), and NoCudaDeviceReason()
 // gives tests a one-line skip message.
-#ifndef MESHFLOW_COLLECTIVES_NCCL_CUDA_STATUS_H_
-#define MESHFLOW_COLLECTIVES_NCCL_CUDA_STATUS_H_
+#ifndef MESHFLOW_CUDA_CUDA_STATUS_H_
+#define MESHFLOW_CUDA_CUDA_STATUS_H_
 
 #include <cuda_runtime_api.h>
 
 #include <string>
 #include <string_view>
 
-#include "base/status.h"
+#include "meshflow/base/status.h"
 
 namespace meshflow {
 
@@ -36,4 +36,4 @@ std::string NoCudaDeviceReason();
 
 }  // namespace meshflow
 
-#endif  // MESHFLOW_COLLECTIVES_NCCL_CUDA_STATUS_H_
+#endif  // MESHFLOW_CUDA_CUDA_STATUS_H_

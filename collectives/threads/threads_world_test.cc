@@ -1,4 +1,4 @@
-#include "collectives/threads_world.h"
+#include "meshflow/collectives/threads/threads_world.h"
 
 #include <gtest/gtest.h>
 

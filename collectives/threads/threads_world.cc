@@ -1,4 +1,4 @@
-#include "collectives/threads_world.h"
+#include "meshflow/collectives/threads/threads_world.h"
 
 #include <algorithm>
 #include <atomic>
@@ -13,8 +13,8 @@
 #include <utility>
 #include <vector>
 
-#include "collectives/call_check.h"
-#include "collectives/reduce.h"
+#include "meshflow/collectives/call_check.h"
+#include "meshflow/collectives/reduce.h"
 
 namespace meshflow {
 

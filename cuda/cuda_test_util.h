@@ -4,14 +4,14 @@
 //     MF_SKIP_WITHOUT_CUDA_DEVICE();   // GTEST_SKIP() << "no CUDA device: ..." when none is usable
 //     ...
 //   }
-#ifndef MESHFLOW_COLLECTIVES_NCCL_CUDA_TEST_UTIL_H_
-#define MESHFLOW_COLLECTIVES_NCCL_CUDA_TEST_UTIL_H_
+#ifndef MESHFLOW_CUDA_CUDA_TEST_UTIL_H_
+#define MESHFLOW_CUDA_CUDA_TEST_UTIL_H_
 
 #include <string>
 
 #include <gtest/gtest.h>
 
-#include "collectives/nccl/cuda_status.h"
+#include "meshflow/cuda/cuda_status.h"
 
 // Returns from the enclosing test body (GTEST_SKIP) with NoCudaDeviceReason() when no CUDA device
 // is usable; does nothing otherwise. A macro because GTEST_SKIP must run in the test body itself.
@@ -21,4 +21,4 @@
     if (!mf_no_cuda_reason.empty()) GTEST_SKIP() << mf_no_cuda_reason;           \
   } while (0)
 
-#endif  // MESHFLOW_COLLECTIVES_NCCL_CUDA_TEST_UTIL_H_
+#endif  // MESHFLOW_CUDA_CUDA_TEST_UTIL_H_

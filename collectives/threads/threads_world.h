@@ -55,16 +55,16 @@
 //
 // Thread safety: a Communicator is used by its own rank's thread only. Run calls on one world are
 // serialized; counters() and ResetCounters() may be called at any time.
-#ifndef MESHFLOW_COLLECTIVES_THREADS_WORLD_H_
-#define MESHFLOW_COLLECTIVES_THREADS_WORLD_H_
+#ifndef MESHFLOW_COLLECTIVES_THREADS_THREADS_WORLD_H_
+#define MESHFLOW_COLLECTIVES_THREADS_THREADS_WORLD_H_
 
 #include <chrono>
 #include <functional>
 #include <memory>
 #include <mutex>
 
-#include "base/status.h"
-#include "collectives/communicator.h"
+#include "meshflow/base/status.h"
+#include "meshflow/collectives/communicator.h"
 
 namespace meshflow {
 
@@ -113,4 +113,4 @@ class ThreadWorld {
 
 }  // namespace meshflow
 
-#endif  // MESHFLOW_COLLECTIVES_THREADS_WORLD_H_
+#endif  // MESHFLOW_COLLECTIVES_THREADS_THREADS_WORLD_H_

@@ -1,0 +1,65 @@
+// meshflow: the front door. One include and one dependency (`@meshflow//:meshflow`) for the whole
+// public API on the CPU backends: meshes, layouts and DTensors, the planner, the in-process
+// world, Redistribute / FullTensor, the eager sharded ops, the graph compiler, the data loader and
+// checkpoints. Backends that need system libraries are separate targets with their own headers:
+// MPI (`//collectives/mpi:mpi_communicator`, "meshflow/collectives/mpi/mpi_communicator.h") and
+// NCCL (`//collectives/nccl:nccl_communicator`, where a CUDA toolkit was found).
+//
+// Every public name is in namespace meshflow; every fallible call returns Status or StatusOr
+// (base/status.h); no exception crosses the API. A 2x2 world that shards a tensor and gathers it
+// back (the same lines are compiled in tests/doc/meshflow_doc_test.cc):
+//
+//   #include "meshflow/meshflow.h"
+//
+//   meshflow::Status Demo() {
+//     MF_ASSIGN_OR_RETURN(meshflow::DeviceMesh mesh, meshflow::DeviceMesh::Create({2, 2}, {"dp", "tp"}));
+//     MF_ASSIGN_OR_RETURN(meshflow::Layout layout,
+//                         meshflow::Layout::Create({5, 6}, mesh, {meshflow::Shard{0}, meshflow::Shard{1}}));
+//     const meshflow::Tensor global = meshflow::Tensor::Iota(meshflow::DType::kF32, {5, 6});
+//     MF_ASSIGN_OR_RETURN(std::unique_ptr<meshflow::ThreadWorld> world, meshflow::ThreadWorld::Create(4));
+//     return world->Run([&](meshflow::Communicator& comm) -> meshflow::Status {
+//       MF_ASSIGN_OR_RETURN(meshflow::MeshComms comms, meshflow::MeshComms::Create(comm, mesh));
+//       MF_ASSIGN_OR_RETURN(meshflow::DTensor x, meshflow::Distribute(global, layout, comm.world_rank()));
+//       MF_ASSIGN_OR_RETURN(meshflow::Tensor full, meshflow::FullTensor(x, comms));  // == global
+//       return meshflow::Status::Ok();
+//     });
+//   }
+#ifndef MESHFLOW_MESHFLOW_H_
+#define MESHFLOW_MESHFLOW_H_
+
+// Status, StatusOr, MF_RETURN_IF_ERROR, MF_ASSIGN_OR_RETURN.
+#include "meshflow/base/status.h"
+// DeviceMesh: an N-D grid of ranks with named dims.
+#include "meshflow/mesh/device_mesh.h"
+// DType, placements (Shard / Replicate / Partial), Layout, Box, Tensor, DTensor, Distribute.
+#include "meshflow/dtensor/box.h"
+#include "meshflow/dtensor/dtensor.h"
+#include "meshflow/dtensor/dtype.h"
+#include "meshflow/dtensor/layout.h"
+#include "meshflow/dtensor/placement.h"
+#include "meshflow/dtensor/tensor.h"
+// Plans, the cost model (Topology), the planning entry point (PlanFor) and plan printing.
+#include "meshflow/planner/cost_model.h"
+#include "meshflow/planner/plan.h"
+#include "meshflow/planner/plan_format.h"
+#include "meshflow/planner/planner.h"
+// Communicator, MeshComms, ExecutePlan, Redistribute / FullTensor, the in-process world.
+#include "meshflow/collectives/communicator.h"
+#include "meshflow/collectives/dtensor_api.h"
+#include "meshflow/collectives/executor.h"
+#include "meshflow/collectives/mesh_comms.h"
+#include "meshflow/collectives/threads/threads_world.h"
+// Eager sharded ops; the graph compiler (graph IR, propagation, compiled programs).
+#include "meshflow/ops/eager.h"
+#include "meshflow/ops/graph.h"
+#include "meshflow/ops/program.h"
+#include "meshflow/ops/propagation.h"
+// The sharded, exactly resumable data loader and its datasets.
+#include "meshflow/data/dataset.h"
+#include "meshflow/data/loader.h"
+#include "meshflow/data/record_shards.h"
+#include "meshflow/data/token_file.h"
+// Distributed checkpoints with resharding on load.
+#include "meshflow/checkpoint/checkpoint.h"
+
+#endif  // MESHFLOW_MESHFLOW_H_
