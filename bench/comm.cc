@@ -24,6 +24,7 @@
 //   -t N                              ranks of the threads world [4]
 //   -d f32|f64|bf16|i32|i64           element type [f32]
 //   --csv                             CSV instead of the table
+//   -h, --help                        print the options (kUsage) and exit 0
 //
 // Sizes follow nccl-tests: all_gather's size is its total output, reduce_scatter's its total input,
 // all_reduce's and all_to_all's the buffer; counts are rounded down to a multiple of the rank count
@@ -44,7 +45,9 @@
 // per round), each block timed between barriers, max over ranks; time and mpi time are each side's
 // fastest block (the least disturbed by other load, which on a shared machine only adds time).
 // Only rank 0 prints. The exit code
-// is non-zero on any error or any wrong element.
+// is 2 on bad input (flags are checked before any run: an unknown flag or value, and for
+// redistribute placements that do not fit --mesh, or a --mesh whose size is not -t), else
+// non-zero on any error or any wrong element.
 //
 // NCCL: collectives run on device buffers with the device API (NcclCommunicator::Device*, NCCL's
 // native reductions, NcclReduction::kNative) on each rank's comm stream; time(us) is cudaEvent time
@@ -72,6 +75,7 @@
 #include <string_view>
 #include <vector>
 
+#include "meshflow/base/cli.h"
 #include "meshflow/base/parse.h"
 #include "meshflow/base/status.h"
 #include "meshflow/collectives/communicator.h"
@@ -150,7 +154,62 @@ StatusOr<int> ParseInt(std::string_view s) {
   return static_cast<int>(v);
 }
 
+StatusOr<std::vector<int64_t>> ParseMesh(std::string_view s) {
+  MF_ASSIGN_OR_RETURN(std::vector<int64_t> shape, ParseIntList(s, 'x', "--mesh"));
+  for (int64_t d : shape) {
+    if (d < 1) return InvalidArgumentError("bad --mesh '" + std::string(s) + "': sizes must be >= 1");
+  }
+  return shape;
+}
+
+constexpr const char* kUsage =
+    "usage: comm [--backend threads|mpi|nccl] [--op OP] [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS] [-w WARMUP]\n"
+    "            [-c 0|1] [-t N] [-d DTYPE] [--csv] [--from P --to P --mesh AxB]\n"
+    "\n"
+    "nccl-tests style tables of meshflow's collectives: time, algbw, busbw and #wrong per size.\n"
+    "\n"
+    "flags (defaults in brackets; each value is the next argument):\n"
+    "  --backend B        one of threads, mpi, nccl [threads]; mpi: start under mpirun, world =\n"
+    "                     MPI_COMM_WORLD; nccl: one rank per visible GPU, -t is ignored\n"
+    "  --op OP            one of all_gather, reduce_scatter, all_reduce, all_to_all, redistribute\n"
+    "                     [all_reduce]\n"
+    "  --from P --to P    redistribute only: placements, one per mesh dim, comma separated, each one\n"
+    "                     of S(0), S(1), R, P, P(sum|avg|max|min) [S(0) -> R]\n"
+    "  --mesh AxB         redistribute only: mesh shape; its size must be the rank count [4]\n"
+    "  -b MIN -e MAX      smallest and largest size in bytes, suffixes K, M, G (powers of 1024) [8, 128M]\n"
+    "  -f FACTOR          size step factor, >= 2 [2]\n"
+    "  -n ITERS           timed iterations per size, >= 1 [20]\n"
+    "  -w WARMUP          warm-up iterations per size, >= 0 [5]\n"
+    "  -c 0|1             check the result (one extra, untimed call per size) [1]\n"
+    "  -t N               ranks of the threads world, >= 1 [4]\n"
+    "  -d DTYPE           element type, one of f32, f64, bf16, i32, i64 [f32]\n"
+    "  --csv              CSV instead of the table\n"
+    "  -h, --help         print this help and exit\n"
+    "\n"
+    "exit codes: 0 success, 1 a run failed or a result was wrong, 2 bad input (message on stderr).\n";
+
+// The redistribute flags (--mesh, --from, --to) as a layout of the benchmark's 2-D tensors.
+Status CheckRedistributeFlags(const Config& c) {
+  MF_ASSIGN_OR_RETURN(std::vector<int64_t> mesh_shape, ParseMesh(c.mesh));
+  MF_ASSIGN_OR_RETURN(DeviceMesh mesh, DeviceMesh::Create(mesh_shape));
+  StatusOr<Placements> from = ParsePlacements(c.from);
+  if (!from.ok()) return from.status().WithContext("--from");
+  StatusOr<Placements> to = ParsePlacements(c.to);
+  if (!to.ok()) return to.status().WithContext("--to");
+  if (Status s = Layout::Create({1, 1}, mesh, *from).status(); !s.ok()) return s.WithContext("--from");
+  if (Status s = Layout::Create({1, 1}, mesh, *to).status(); !s.ok()) return s.WithContext("--to");
+  if (c.backend == "threads" && mesh.size() != c.threads) {
+    return InvalidArgumentError("--mesh " + c.mesh + " has " + std::to_string(mesh.size()) + " ranks but -t is " +
+                                std::to_string(c.threads));
+  }
+  return Status();
+}
+
 StatusOr<Config> ParseArgs(int argc, char** argv) {
+  static constexpr std::string_view kValued[] = {"--backend", "--op", "--from", "--to", "--mesh", "-b", "-e",
+                                                 "-f",        "-n",   "-w",     "-c",   "-t",     "-d"};
+  static constexpr Op kOps[] = {Op::kAllGather, Op::kReduceScatter, Op::kAllReduce, Op::kAllToAll,
+                                Op::kRedistribute};
   Config c;
   for (int i = 1; i < argc; ++i) {
     const std::string_view a = argv[i];
@@ -158,50 +217,48 @@ StatusOr<Config> ParseArgs(int argc, char** argv) {
       c.csv = true;
       continue;
     }
-    if (i + 1 >= argc) return InvalidArgumentError("option '" + std::string(a) + "' needs a value");
+    if (std::find(std::begin(kValued), std::end(kValued), a) == std::end(kValued)) {
+      return UnknownArgumentError("comm", a);
+    }
+    if (i + 1 >= argc) return InvalidArgumentError("option '" + std::string(a) + "' needs a value; see 'comm --help'");
     const std::string_view v = argv[++i];
+    const std::string flag(a);
     if (a == "--backend") {
-      if (v != "threads" && v != "mpi" && v != "nccl") return InvalidArgumentError("bad --backend '" + std::string(v) + "'");
+      MF_RETURN_IF_ERROR(ParseChoice(a, v, {"threads", "mpi", "nccl"}).status());
       c.backend = v;
     } else if (a == "--op") {
+      MF_ASSIGN_OR_RETURN(
+          size_t op, ParseChoice(a, v, {"all_gather", "reduce_scatter", "all_reduce", "all_to_all", "redistribute"}));
+      c.op = kOps[op];
       c.op_name = v;
-      if (v == "all_gather") c.op = Op::kAllGather;
-      else if (v == "reduce_scatter") c.op = Op::kReduceScatter;
-      else if (v == "all_reduce") c.op = Op::kAllReduce;
-      else if (v == "all_to_all") c.op = Op::kAllToAll;
-      else if (v == "redistribute") c.op = Op::kRedistribute;
-      else return InvalidArgumentError("bad --op '" + std::string(v) + "'");
     } else if (a == "--from") {
       c.from = v;
     } else if (a == "--to") {
       c.to = v;
     } else if (a == "--mesh") {
       c.mesh = v;
-    } else if (a == "-b") {
-      MF_ASSIGN_OR_RETURN(c.min_bytes, ParseBytes(v));
-    } else if (a == "-e") {
-      MF_ASSIGN_OR_RETURN(c.max_bytes, ParseBytes(v));
-    } else if (a == "-f") {
-      MF_ASSIGN_OR_RETURN(c.factor, ParseBytes(v));
-    } else if (a == "-n") {
-      MF_ASSIGN_OR_RETURN(c.iters, ParseInt(v));
-    } else if (a == "-w") {
-      MF_ASSIGN_OR_RETURN(c.warmup, ParseInt(v));
+    } else if (a == "-b" || a == "-e" || a == "-f") {
+      StatusOr<int64_t> bytes = ParseBytes(v);
+      if (!bytes.ok()) return bytes.status().WithContext(flag);
+      (a == "-b" ? c.min_bytes : a == "-e" ? c.max_bytes : c.factor) = *bytes;
+    } else if (a == "-n" || a == "-w" || a == "-t") {
+      StatusOr<int> n = ParseInt(v);
+      if (!n.ok()) return n.status().WithContext(flag);
+      (a == "-n" ? c.iters : a == "-w" ? c.warmup : c.threads) = *n;
     } else if (a == "-c") {
-      MF_ASSIGN_OR_RETURN(int check, ParseInt(v));
-      c.check = check != 0;
-    } else if (a == "-t") {
-      MF_ASSIGN_OR_RETURN(c.threads, ParseInt(v));
-    } else if (a == "-d") {
-      MF_ASSIGN_OR_RETURN(c.dtype, ParseDType(v));
-    } else {
-      return InvalidArgumentError("unknown option '" + std::string(a) + "'");
+      MF_ASSIGN_OR_RETURN(size_t check, ParseChoice(a, v, {"0", "1"}));
+      c.check = check == 1;
+    } else {  // -d
+      StatusOr<DType> dtype = ParseDType(v);
+      if (!dtype.ok()) return dtype.status().WithContext(flag);
+      c.dtype = *dtype;
     }
   }
   if (c.factor < 2) return InvalidArgumentError("-f must be >= 2");
   if (c.iters < 1 || c.warmup < 0) return InvalidArgumentError("-n must be >= 1 and -w >= 0");
   if (c.min_bytes > c.max_bytes) return InvalidArgumentError("-b must be <= -e");
   if (c.threads < 1) return InvalidArgumentError("-t must be >= 1");
+  if (c.op == Op::kRedistribute) MF_RETURN_IF_ERROR(CheckRedistributeFlags(c));
   return c;
 }
 
@@ -285,14 +342,6 @@ Status MpiCheck(int rc, const char* what) {
   return InternalError(std::string(what) + ": " + std::string(msg, static_cast<size_t>(len)));
 }
 #endif
-
-StatusOr<std::vector<int64_t>> ParseMesh(std::string_view s) {
-  MF_ASSIGN_OR_RETURN(std::vector<int64_t> shape, ParseIntList(s, 'x', "--mesh"));
-  for (int64_t d : shape) {
-    if (d < 1) return InvalidArgumentError("bad --mesh '" + std::string(s) + "': sizes must be >= 1");
-  }
-  return shape;
-}
 
 // The benchmark body every rank runs. Fills `rows` on rank 0.
 class Bench {
@@ -840,6 +889,10 @@ int RunMpi(const Config& c) {
 }  // namespace meshflow
 
 int main(int argc, char** argv) {
+  if (meshflow::HasHelpFlag(argc, argv)) {
+    std::fputs(meshflow::kUsage, stdout);
+    return 0;
+  }
   auto config = meshflow::ParseArgs(argc, argv);
   if (!config.ok()) {
     std::fprintf(stderr, "comm: %s\n", config.status().ToString().c_str());

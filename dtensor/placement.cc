@@ -16,7 +16,7 @@ std::string StripSpaces(std::string_view s) {
 
 Status BadPlacement(std::string_view text, std::string_view why) {
   return InvalidArgumentError("bad placement '" + std::string(text) + "': " + std::string(why) +
-                              " (expected S(<dim>), R, P, P(sum|avg|max|min))");
+                              "; expected one of S(<dim>), R, P, P(sum|avg|max|min)");
 }
 
 }  // namespace
@@ -66,7 +66,9 @@ StatusOr<Placement> ParsePlacement(std::string_view text) {
   const std::string_view inner(s.data() + 2, s.size() - 3);
   if (kind == 'P') {
     auto op = ParseReduceOp(inner);
-    if (!op.ok()) return BadPlacement(text, op.status().message());
+    if (!op.ok()) {  // the reduce op's message lists the valid ops
+      return InvalidArgumentError("bad placement '" + std::string(text) + "': " + op.status().message());
+    }
     return Placement(Partial{*op});
   }
   int dim = 0;

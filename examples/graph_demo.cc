@@ -8,6 +8,7 @@
 #include <mutex>
 #include <vector>
 
+#include "meshflow/base/cli.h"
 #include "meshflow/collectives/dtensor_api.h"
 #include "meshflow/collectives/mesh_comms.h"
 #include "meshflow/collectives/mpi/mpi_communicator.h"
@@ -209,22 +210,48 @@ Tensor DemoTensor(DType dtype, const std::vector<int64_t>& shape, int seed, doub
 }
 
 int RunDemo(const std::string& name, const BuildFn& build, const CheckFn& check, int argc, char** argv) {
+  const std::string usage = "usage: " + name + " [--backend threads|mpi]\n"
+                            "\n"
+                            "Compiles the example's annotated graph, runs it on a (dp x tp) mesh and checks it\n"
+                            "against the single-rank reference.\n"
+                            "\n"
+                            "flags:\n"
+                            "  --backend B   one of threads (default: an in-process 2x2 world), mpi (start\n"
+                            "                under mpirun with an even number of processes: a 2 x (n/2) mesh)\n"
+                            "  -h, --help    print this help and exit\n"
+                            "\n"
+                            "exit codes: 0 every check passed, 1 a check or a step failed, 2 bad input (message\n"
+                            "on stderr).\n";
+  if (HasHelpFlag(argc, argv)) {
+    std::fputs(usage.c_str(), stdout);
+    return 0;
+  }
   std::string backend = "threads";
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
-    if (arg == "--backend" && i + 1 < argc) {
-      backend = argv[++i];
+    Status bad;
+    if (arg == "--backend") {
+      if (i + 1 < argc) {
+        backend = argv[++i];
+      } else {
+        bad = InvalidArgumentError("--backend needs a value; see '" + name + " --help'");
+      }
     } else if (arg.rfind("--backend=", 0) == 0) {
       backend = arg.substr(std::strlen("--backend="));
     } else {
-      std::fprintf(stderr, "usage: %s [--backend threads|mpi]\n", name.c_str());
+      bad = UnknownArgumentError(name, arg);
+    }
+    if (!bad.ok()) {
+      std::fprintf(stderr, "%s: %s\n", name.c_str(), bad.message().c_str());
       return 2;
     }
   }
-  if (backend == "threads") return RunThreads(name, build, check);
-  if (backend == "mpi") return RunMpi(name, build, check);
-  std::fprintf(stderr, "%s: unknown backend '%s' (threads or mpi)\n", name.c_str(), backend.c_str());
-  return 2;
+  StatusOr<size_t> kind = ParseChoice("--backend", backend, {"threads", "mpi"});
+  if (!kind.ok()) {
+    std::fprintf(stderr, "%s: %s\n", name.c_str(), kind.status().message().c_str());
+    return 2;
+  }
+  return *kind == 0 ? RunThreads(name, build, check) : RunMpi(name, build, check);
 }
 
 }  // namespace meshflow::examples

@@ -7,11 +7,14 @@
 // plan. Exit code 0 only when every check passes.
 //
 //   bazel run //examples:hello_mesh
+//
+// It takes no arguments; --help (-h) prints a short description, any other argument exits 2.
 #include <cstdio>
 #include <mutex>
 #include <string>
 #include <vector>
 
+#include "meshflow/base/cli.h"
 #include "meshflow/collectives/dtensor_api.h"
 #include "meshflow/collectives/mesh_comms.h"
 #include "meshflow/collectives/threads/threads_world.h"
@@ -22,6 +25,17 @@
 
 namespace meshflow {
 namespace {
+
+constexpr const char* kUsage =
+    "usage: hello_mesh\n"
+    "\n"
+    "The quick-start demo: distributes a 5x6 tensor under several layouts of a 2x2 in-process mesh,\n"
+    "gathers each back, redistributes S(0),S(1) -> S(1),S(0) and checks every result.\n"
+    "\n"
+    "flags:\n"
+    "  -h, --help   print this help and exit\n"
+    "\n"
+    "exit codes: 0 every check passed, 1 a check or a step failed, 2 bad input (message on stderr).\n";
 
 struct Case {
   const char* placements;
@@ -99,7 +113,15 @@ Status Main() {
 }  // namespace
 }  // namespace meshflow
 
-int main() {
+int main(int argc, char** argv) {
+  if (meshflow::HasHelpFlag(argc, argv)) {
+    std::fputs(meshflow::kUsage, stdout);
+    return 0;
+  }
+  if (argc > 1) {
+    std::fprintf(stderr, "hello_mesh: %s\n", meshflow::UnknownArgumentError("hello_mesh", argv[1]).message().c_str());
+    return 2;
+  }
   meshflow::Status s = meshflow::Main();
   if (!s.ok()) {
     std::fprintf(stderr, "hello_mesh failed: %s\n", s.ToString().c_str());

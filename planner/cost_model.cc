@@ -110,7 +110,7 @@ StatusOr<Topology> ParseTopology(std::string_view text) {
   if (s.empty()) return t;
   auto bad = [&](const std::string& why) {
     return InvalidArgumentError("bad topology '" + std::string(text) + "': " + why +
-                                " (expected e.g. intra=1,2;bw_intra=150;bw_inter=25;lat_intra=2;lat_inter=10)");
+                                " (e.g. intra=1,2;bw_intra=150;bw_inter=25;lat_intra=2;lat_inter=10)");
   };
   for (const std::string& item : Split(s, ';')) {
     if (item.empty()) continue;

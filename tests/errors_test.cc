@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iterator>
 #include <limits>
 #include <memory>
 #include <mutex>
@@ -42,6 +43,7 @@
 #include "meshflow/ops/propagation.h"
 #include "meshflow/planner/cost_model.h"
 #include "meshflow/planner/greedy_reference.h"
+#include "meshflow/planner/planner.h"
 #include "meshflow/planner/search.h"
 
 namespace meshflow {
@@ -119,6 +121,8 @@ TEST(ErrorsTest, DeviceMeshCreateWithRanks_WrongRankCount) {
 
 TEST(ErrorsTest, ParsePlacements_BadShardDim) {
   EXPECT_ERROR(ParsePlacements("S(x),R"), StatusCode::kInvalidArgument, "bad placement 'S(x)'");
+  EXPECT_ERROR(ParsePlacements("S(x),R"), StatusCode::kInvalidArgument,
+               "expected one of S(<dim>), R, P, P(sum|avg|max|min)");
 }
 
 TEST(ErrorsTest, ParsePlacements_Empty) {
@@ -126,7 +130,8 @@ TEST(ErrorsTest, ParsePlacements_Empty) {
 }
 
 TEST(ErrorsTest, ParsePlacement_UnknownReduceOp) {
-  EXPECT_ERROR(ParsePlacement("P(prod)"), StatusCode::kInvalidArgument, "unknown reduce op 'prod'");
+  EXPECT_ERROR(ParsePlacement("P(prod)"), StatusCode::kInvalidArgument,
+               "unknown reduce op 'prod'; expected one of sum, avg, max, min");
 }
 
 TEST(ErrorsTest, ParseShardOrder_Malformed) {
@@ -134,7 +139,8 @@ TEST(ErrorsTest, ParseShardOrder_Malformed) {
 }
 
 TEST(ErrorsTest, ParseTopology_UnknownKey) {
-  EXPECT_ERROR(ParseTopology("bw=3"), StatusCode::kInvalidArgument, "unknown key 'bw'");
+  EXPECT_ERROR(ParseTopology("bw=3"), StatusCode::kInvalidArgument,
+               "unknown key 'bw'; expected one of intra, bw_intra, bw_inter, lat_intra, lat_inter");
 }
 
 TEST(ErrorsTest, ParseTopology_NonPositiveBandwidth) {
@@ -142,7 +148,13 @@ TEST(ErrorsTest, ParseTopology_NonPositiveBandwidth) {
 }
 
 TEST(ErrorsTest, ParseDType_Unsupported) {
-  EXPECT_ERROR(ParseDType("f16"), StatusCode::kInvalidArgument, "unknown dtype 'f16'");
+  EXPECT_ERROR(ParseDType("f16"), StatusCode::kInvalidArgument,
+               "unknown dtype 'f16'; expected one of f32, f64, bf16, i32, i64");
+}
+
+TEST(ErrorsTest, ParsePlannerKind_Unknown) {
+  EXPECT_ERROR(ParsePlannerKind("fastest"), StatusCode::kInvalidArgument,
+               "unknown planner 'fastest'; expected one of optimal, greedy, direct");
 }
 
 // ---- Layout::Create ----
@@ -800,18 +812,49 @@ TEST(ErrorsTest, Compile_NonPositiveBandwidth) {
 
 struct CliResult {
   int exit_code = -1;
-  std::string output;
+  std::string out;     // stdout
+  std::string err;     // stderr
+  std::string output;  // both
 };
 
-CliResult Dtplan(const std::string& args) {
+// Runs `binary` (a runfiles path, e.g. "tools/dtplan") with `args` (shell syntax).
+CliResult Cli(const std::string& binary, const std::string& args) {
   CliResult r;
-  FILE* p = ::popen(("tools/dtplan " + args + " 2>&1").c_str(), "r");
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string err_path = std::string(tmp != nullptr ? tmp : "/tmp") + "/errors_test_cli_stderr";
+  FILE* p = ::popen((binary + " " + args + " 2>" + err_path).c_str(), "r");
   if (p == nullptr) return r;
   char buf[512];
-  while (std::fgets(buf, sizeof(buf), p) != nullptr) r.output += buf;
+  while (std::fgets(buf, sizeof(buf), p) != nullptr) r.out += buf;
   const int status = ::pclose(p);
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  std::ifstream err(err_path);
+  r.err.assign(std::istreambuf_iterator<char>(err), std::istreambuf_iterator<char>());
+  r.output = r.err + r.out;
   return r;
+}
+
+CliResult Dtplan(const std::string& args) { return Cli("tools/dtplan", args); }
+
+// --help: exit 0, the usage on stdout (starting with "usage: <name>" and naming `flag`), nothing
+// on stderr.
+void ExpectHelp(const std::string& binary, const std::string& name, const std::string& flag) {
+  for (const char* help : {"--help", "-h"}) {
+    const CliResult r = Cli(binary, help);
+    EXPECT_EQ(r.exit_code, 0) << binary << " " << help << ": " << r.output;
+    EXPECT_EQ(r.out.rfind("usage: " + name, 0), 0u) << binary << " " << help << ": " << r.out;
+    EXPECT_NE(r.out.find(flag), std::string::npos) << binary << " " << help << ": " << r.out;
+    EXPECT_EQ(r.err, "") << binary << " " << help;
+  }
+}
+
+// Bad input: exit 2, `message` on stderr, nothing on stdout.
+void ExpectBadInput(const std::string& binary, const std::string& args, const std::string& message) {
+  const CliResult r = Cli(binary, args);
+  EXPECT_EQ(r.exit_code, 2) << binary << " " << args << ": " << r.output;
+  EXPECT_NE(r.err.find(message), std::string::npos) << binary << " " << args << ": missing '" << message
+                                                      << "' in: " << r.err;
+  EXPECT_EQ(r.out, "") << binary << " " << args;
 }
 
 TEST(ErrorsTest, Dtplan_BadPlacement) {
@@ -836,6 +879,100 @@ TEST(ErrorsTest, Dtplan_HugeMesh) {
   const CliResult r = Dtplan("--mesh 1099511627776x2 --shape 4 --from R,R --to R,R");
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("is too large"), std::string::npos) << r.output;
+}
+
+TEST(ErrorsTest, Dtplan_Help) { ExpectHelp("tools/dtplan", "dtplan", "--planner K"); }
+
+TEST(ErrorsTest, Dtplan_UnknownFlag) {
+  ExpectBadInput("tools/dtplan", "--mesh 2 --shape 4 --from R --to R --bogus",
+                 "unknown flag '--bogus'; see 'dtplan --help'");
+}
+
+TEST(ErrorsTest, Dtplan_UnknownDtype) {
+  ExpectBadInput("tools/dtplan", "--mesh 2 --shape 4 --from R --to R --dtype f16",
+                 "--dtype: unknown dtype 'f16'; expected one of f32, f64, bf16, i32, i64");
+}
+
+TEST(ErrorsTest, Dtplan_UnknownPlanner) {
+  ExpectBadInput("tools/dtplan", "--mesh 2 --shape 4 --from R --to R --planner fastest",
+                 "--planner: unknown planner 'fastest'; expected one of optimal, greedy, direct");
+}
+
+TEST(ErrorsTest, Dtplan_UnknownTopologyKey) {
+  ExpectBadInput("tools/dtplan", "--mesh 2 --shape 4 --from R --to R --topology 'bw=3'",
+                 "--topology: bad topology 'bw=3': unknown key 'bw'; expected one of intra, bw_intra, bw_inter, "
+                 "lat_intra, lat_inter");
+}
+
+TEST(ErrorsTest, Dtplan_UnknownReduceOp) {
+  ExpectBadInput("tools/dtplan", "--mesh 2 --shape 4 --from 'P(prod)' --to R",
+                 "--from: bad placement 'P(prod)': unknown reduce op 'prod'; expected one of sum, avg, max, min");
+}
+
+// ---- bench/comm CLI (exit code 2 and a message on bad input, checked before any run) ----
+
+TEST(ErrorsTest, Comm_Help) { ExpectHelp("bench/comm", "comm", "--op OP"); }
+
+TEST(ErrorsTest, Comm_UnknownFlag) {
+  ExpectBadInput("bench/comm", "--op all_reduce --bogus 1", "unknown flag '--bogus'; see 'comm --help'");
+}
+
+TEST(ErrorsTest, Comm_UnknownOp) {
+  ExpectBadInput(
+      "bench/comm", "--op foo",
+      "unknown --op 'foo'; expected one of all_gather, reduce_scatter, all_reduce, all_to_all, redistribute");
+}
+
+TEST(ErrorsTest, Comm_UnknownBackend) {
+  ExpectBadInput("bench/comm", "--backend gloo", "unknown --backend 'gloo'; expected one of threads, mpi, nccl");
+}
+
+TEST(ErrorsTest, Comm_UnknownDtype) {
+  ExpectBadInput("bench/comm", "-d f16", "-d: unknown dtype 'f16'; expected one of f32, f64, bf16, i32, i64");
+}
+
+TEST(ErrorsTest, Comm_UnknownCheckValue) {
+  ExpectBadInput("bench/comm", "-c 2", "unknown -c '2'; expected one of 0, 1");
+}
+
+TEST(ErrorsTest, Comm_BadPlacement) {
+  ExpectBadInput("bench/comm", "--op redistribute --from 'Q' --to R --mesh 4",
+                 "--from: bad placement 'Q': unknown form; expected one of S(<dim>), R, P, P(sum|avg|max|min)");
+  ExpectBadInput("bench/comm", "--op redistribute --from 'S(0)' --to 'P(prod)' --mesh 4",
+                 "--to: bad placement 'P(prod)': unknown reduce op 'prod'; expected one of sum, avg, max, min");
+}
+
+TEST(ErrorsTest, Comm_MeshSizeNotThreads) {
+  ExpectBadInput("bench/comm", "--op redistribute --from 'S(0),S(1)' --to 'R,R' --mesh 2x2 -t 3",
+                 "--mesh 2x2 has 4 ranks but -t is 3");
+}
+
+// ---- demos: data/loader_demo, examples/hello_mesh, examples/tp_mlp and attention ----
+
+TEST(ErrorsTest, LoaderDemo_Help) { ExpectHelp("data/loader_demo", "loader_demo", "--help"); }
+
+TEST(ErrorsTest, LoaderDemo_UnknownFlag) {
+  ExpectBadInput("data/loader_demo", "--steps 3", "unknown flag '--steps'; see 'loader_demo --help'");
+}
+
+TEST(ErrorsTest, HelloMesh_Help) { ExpectHelp("examples/hello_mesh", "hello_mesh", "--help"); }
+
+TEST(ErrorsTest, HelloMesh_UnknownFlag) {
+  ExpectBadInput("examples/hello_mesh", "--backend threads", "unknown flag '--backend'; see 'hello_mesh --help'");
+}
+
+TEST(ErrorsTest, GraphDemo_Help) {
+  ExpectHelp("examples/tp_mlp", "tp_mlp", "--backend B");
+  ExpectHelp("examples/attention", "attention", "--backend B");
+}
+
+TEST(ErrorsTest, GraphDemo_UnknownBackend) {
+  ExpectBadInput("examples/tp_mlp", "--backend nccl", "unknown --backend 'nccl'; expected one of threads, mpi");
+  ExpectBadInput("examples/attention", "--backend=nccl", "unknown --backend 'nccl'; expected one of threads, mpi");
+}
+
+TEST(ErrorsTest, GraphDemo_UnknownFlag) {
+  ExpectBadInput("examples/tp_mlp", "--bogus", "unknown flag '--bogus'; see 'tp_mlp --help'");
 }
 
 }  // namespace

@@ -9,7 +9,8 @@
 // layouts. --json prints one JSON object (see planner/plan_format.h). --execute runs the plan on
 // an in-process world with the global tensor filled by its row-major index and reports
 // `verified` and `measured_max_bytes_received_per_rank`; --dump adds every rank's offset, local
-// shape and data. Exit code 2 with a message on bad input, 1 when verification fails.
+// shape and data. Exit code 2 with a message on bad input, 1 when verification fails; --help (-h)
+// prints every flag and exits 0.
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -18,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "meshflow/base/cli.h"
 #include "meshflow/base/parse.h"
 #include "meshflow/collectives/dtensor_api.h"
 #include "meshflow/collectives/executor.h"
@@ -32,8 +34,31 @@ namespace {
 constexpr const char* kUsage =
     "usage: dtplan --mesh 2x2 [--names dp,tp] --shape 8,8 [--dtype f32] --from 'S(0),S(1)' --to 'S(1),S(0)'\n"
     "              [--from-order '0:[1,0]'] [--to-order ...] [--topology 'intra=0;bw_intra=150;...']\n"
-    "              [--planner optimal|greedy|direct] [--show] [--json] [--execute] [--dump]\n";
-
+    "              [--planner optimal|greedy|direct] [--show] [--json] [--execute] [--dump]\n"
+    "\n"
+    "Plans the redistribution of a tensor between two layouts on a device mesh, prints the plan and\n"
+    "optionally executes and verifies it on in-process ranks.\n"
+    "\n"
+    "flags (a value follows as the next argument or after '=', e.g. --mesh=2x2):\n"
+    "  --mesh AxBx...            mesh shape (required)\n"
+    "  --names a,b,...           mesh dim names, one per dim\n"
+    "  --shape N,M,...           global tensor shape (required)\n"
+    "  --dtype T                 one of f32 (default), f64, bf16, i32, i64\n"
+    "  --from P, --to P          placements, one per mesh dim, comma separated (required); each one of\n"
+    "                            S(<tensor dim>), R, P, P(sum|avg|max|min)\n"
+    "  --from-order, --to-order  shard order, e.g. '0:[1,0];2:[0,2]' (tensor dim: mesh dims, outermost\n"
+    "                            first); default: mesh dim order\n"
+    "  --topology T              cost model, ';'-separated key=value with keys intra (mesh dims or all),\n"
+    "                            bw_intra, bw_inter (GB/s), lat_intra, lat_inter (us)\n"
+    "                            [intra=all;bw_intra=150;bw_inter=25;lat_intra=2;lat_inter=10]\n"
+    "  --planner K               one of optimal (default), greedy, direct\n"
+    "  --show                    draw the source and target layouts (text output)\n"
+    "  --json                    print one JSON object instead of text\n"
+    "  --execute                 run the plan on in-process ranks and report verified=true|false\n"
+    "  --dump                    print every rank's offset, local shape and data (implies --execute)\n"
+    "  -h, --help                print this help and exit\n"
+    "\n"
+    "exit codes: 0 success, 1 verification failed, 2 bad input (message on stderr).\n";
 
 std::vector<std::string> Split(const std::string& s, char sep) {
   std::vector<std::string> out;
@@ -57,11 +82,13 @@ struct Args {
 StatusOr<Args> ParseArgs(int argc, char** argv) {
   static const char* kValued[] = {"mesh", "names", "shape", "dtype", "from", "to", "from-order", "to-order",
                                   "topology", "planner"};
+  auto usage_error = [](const std::string& what) {
+    return InvalidArgumentError(what + "; see 'dtplan --help'");
+  };
   Args a;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
-    if (arg == "--help" || arg == "-h") return InvalidArgumentError("help requested");
-    if (arg.rfind("--", 0) != 0) return InvalidArgumentError("unexpected argument '" + arg + "'");
+    if (arg.rfind("--", 0) != 0) return UnknownArgumentError("dtplan", arg);
     std::string name = arg.substr(2), value;
     const size_t eq = name.find('=');
     const bool has_eq = eq != std::string::npos;
@@ -70,21 +97,21 @@ StatusOr<Args> ParseArgs(int argc, char** argv) {
       name = name.substr(0, eq);
     }
     if (name == "show" || name == "json" || name == "execute" || name == "dump") {
-      if (has_eq) return InvalidArgumentError("--" + name + " takes no value");
+      if (has_eq) return usage_error("--" + name + " takes no value");
       (name == "show" ? a.show : name == "json" ? a.json : name == "execute" ? a.execute : a.dump) = true;
       continue;
     }
     bool known = false;
     for (const char* k : kValued) known = known || name == k;
-    if (!known) return InvalidArgumentError("unknown flag '--" + name + "'");
+    if (!known) return UnknownArgumentError("dtplan", "--" + name);
     if (!has_eq) {
-      if (i + 1 >= argc) return InvalidArgumentError("--" + name + " needs a value");
+      if (i + 1 >= argc) return usage_error("--" + name + " needs a value");
       value = argv[++i];
     }
     a.values[name] = value;
   }
   for (const char* required : {"mesh", "shape", "from", "to"}) {
-    if (!a.values.count(required)) return InvalidArgumentError(std::string("missing --") + required);
+    if (!a.values.count(required)) return usage_error(std::string("missing --") + required);
   }
   if (a.dump) a.execute = true;
   return a;
@@ -139,13 +166,17 @@ StatusOr<ExecResult> Execute(const Plan& plan, const Layout& from, const Layout&
 }
 
 int Run(int argc, char** argv) {
+  if (HasHelpFlag(argc, argv)) {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
   auto fail = [](const Status& s) {
     std::fprintf(stderr, "dtplan: %s\n", s.ToString().c_str());
     return 2;
   };
   auto args_or = ParseArgs(argc, argv);
   if (!args_or.ok()) {
-    std::fprintf(stderr, "dtplan: %s\n%s", args_or.status().message().c_str(), kUsage);
+    std::fprintf(stderr, "dtplan: %s\n", args_or.status().message().c_str());
     return 2;
   }
   Args& a = *args_or;
@@ -158,15 +189,15 @@ int Run(int argc, char** argv) {
   auto shape = ParseIntList(a.values["shape"], ',', "shape");
   if (!shape.ok()) return fail(shape.status());
   auto dtype = ParseDType(a.values.count("dtype") ? a.values["dtype"] : "f32");
-  if (!dtype.ok()) return fail(dtype.status());
+  if (!dtype.ok()) return fail(dtype.status().WithContext("--dtype"));
   auto from_p = ParsePlacements(a.values["from"]);
   if (!from_p.ok()) return fail(from_p.status().WithContext("--from"));
   auto to_p = ParsePlacements(a.values["to"]);
   if (!to_p.ok()) return fail(to_p.status().WithContext("--to"));
   auto from_o = ParseShardOrder(a.values["from-order"]);
-  if (!from_o.ok()) return fail(from_o.status());
+  if (!from_o.ok()) return fail(from_o.status().WithContext("--from-order"));
   auto to_o = ParseShardOrder(a.values["to-order"]);
-  if (!to_o.ok()) return fail(to_o.status());
+  if (!to_o.ok()) return fail(to_o.status().WithContext("--to-order"));
   auto from = Layout::Create(*shape, *mesh, *from_p, *from_o);
   if (!from.ok()) return fail(from.status().WithContext("--from"));
   auto to = Layout::Create(*shape, *mesh, *to_p, *to_o);
@@ -174,12 +205,12 @@ int Run(int argc, char** argv) {
   RedistributeOptions options;
   if (a.values.count("topology")) {
     auto topo = ParseTopology(a.values["topology"]);
-    if (!topo.ok()) return fail(topo.status());
+    if (!topo.ok()) return fail(topo.status().WithContext("--topology"));
     options.topology = *topo;
   }
   if (a.values.count("planner")) {
     auto kind = ParsePlannerKind(a.values["planner"]);
-    if (!kind.ok()) return fail(kind.status());
+    if (!kind.ok()) return fail(kind.status().WithContext("--planner"));
     options.planner = *kind;
   }
   auto plan = PlanFor(*from, *to, *dtype, options);

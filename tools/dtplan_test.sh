@@ -4,6 +4,7 @@ set -u
 DTPLAN="$(dirname "$0")/dtplan"
 [ -x "$DTPLAN" ] || DTPLAN="$TEST_SRCDIR/$TEST_WORKSPACE/tools/dtplan"
 fails=0
+tmp="${TEST_TMPDIR:-$(mktemp -d)}"
 check() {  # check NAME CONDITION-RESULT
   if [ "$2" = 0 ]; then echo "ok   $1"; else echo "FAIL $1"; fails=$((fails + 1)); fi
 }
@@ -37,5 +38,45 @@ echo "$out" | grep -q '"planner":"greedy"'; check "planner field is greedy" $?
 err=$("$DTPLAN" --mesh 2 --shape 4 --from 'Q' --to R 2>&1 >/dev/null); echo "$err" | grep -q "bad placement 'Q'"; check "bad placement message names the text" $?
 "$DTPLAN" --mesh 2 --shape 4 --from R >/dev/null 2>&1; [ $? = 2 ]; check "missing --to exits 2" $?
 "$DTPLAN" --mesh 2 --shape 4 --from R --to R --bogus >/dev/null 2>&1; [ $? = 2 ]; check "unknown flag exits 2" $?
+
+# --help / -h: usage on stdout, nothing on stderr, exit 0 (help wins over other arguments).
+for help in --help -h; do
+  out=$("$DTPLAN" $help 2>"$tmp/err"); rc=$?
+  check "$help exits 0" $rc
+  echo "$out" | head -1 | grep -q "^usage: dtplan"; check "$help prints the usage on stdout" $?
+  for flag in --mesh --names --shape --dtype --from --to --from-order --to-order --topology --planner \
+              --show --json --execute --dump; do
+    echo "$out" | grep -q -- "$flag"; check "$help lists $flag" $?
+  done
+  [ ! -s "$tmp/err" ]; check "$help prints nothing on stderr" $?
+done
+"$DTPLAN" --bogus --help >/dev/null 2>&1; check "--help wins over an unknown flag" $?
+
+# bad_input NAME EXPECTED ARGS...: exit 2, EXPECTED (fixed string) on stderr, nothing on stdout.
+bad_input() {
+  local name="$1" want="$2"; shift 2
+  local out err rc
+  out=$("$DTPLAN" "$@" 2>"$tmp/err"); rc=$?
+  err=$(cat "$tmp/err")
+  [ $rc = 2 ]; check "$name exits 2 (got $rc)" $?
+  echo "$err" | grep -qF -- "$want"; check "$name says: $want (got: $err)" $?
+  [ -z "$out" ]; check "$name prints nothing on stdout" $?
+}
+base="--mesh 2 --shape 4"
+bad_input "unknown flag" "unknown flag '--bogus'; see 'dtplan --help'" $base --from R --to R --bogus
+bad_input "unknown single-dash flag" "unknown flag '-x'; see 'dtplan --help'" $base --from R --to R -x
+bad_input "positional argument" "unexpected argument 'extra'; see 'dtplan --help'" $base --from R --to R extra
+bad_input "--dtype f16" "--dtype: unknown dtype 'f16'; expected one of f32, f64, bf16, i32, i64" \
+  $base --from R --to R --dtype f16
+bad_input "--planner fastest" "--planner: unknown planner 'fastest'; expected one of optimal, greedy, direct" \
+  $base --from R --to R --planner fastest
+bad_input "--topology unknown key" \
+  "unknown key 'bw'; expected one of intra, bw_intra, bw_inter, lat_intra, lat_inter" \
+  $base --from R --to R --topology 'bw=3'
+bad_input "--from unknown placement" "--from: bad placement 'Q': unknown form; expected one of S(<dim>), R, P, P(sum|avg|max|min)" \
+  $base --from Q --to R
+bad_input "--to unknown reduce op" "--to: bad placement 'P(prod)': unknown reduce op 'prod'; expected one of sum, avg, max, min" \
+  $base --from R --to 'P(prod)'
+bad_input "missing --to" "missing --to; see 'dtplan --help'" $base --from R
 
 [ $fails = 0 ]
