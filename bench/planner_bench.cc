@@ -1,4 +1,5 @@
-// Planner benchmarks: optimal search uncached vs cached, greedy reference, for 1-D..4-D meshes.
+// Planner benchmarks: optimal search uncached vs cached, greedy reference, for 1-D..4-D meshes, and
+// the cached lookup against the rank count (8, 512, 2048 ranks).
 //
 //   bazel run --config=opt //bench:planner_bench
 #include <benchmark/benchmark.h>
@@ -56,6 +57,38 @@ void BM_PlanOptimalCached(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_PlanOptimalCached)->DenseRange(1, 4)->Unit(benchmark::kNanosecond);
+
+// A cache hit against the rank count: `S(0),S(1),S(2)` -> `S(2),S(1),S(0)` of [64,64,64] on
+// 2x2x2 (8 ranks), 8x8x8 (512) and 16x16x8 (2048). The layouts of the lookup are fresh copies of
+// separately created (equal) meshes, as a caller re-creating its mesh would pass them: the hit
+// must not hash or compare rank lists (DeviceMesh::fingerprint, O(1) mesh equality).
+void BM_PlanCachedLookupVsRanks(benchmark::State& state) {
+  const std::vector<int64_t> mesh_shape = {state.range(0), state.range(1), state.range(2)};
+  auto layouts = [&]() {
+    const DeviceMesh mesh = *DeviceMesh::Create(mesh_shape, {"a", "b", "c"});
+    return Problem{*Layout::Create({64, 64, 64}, mesh, {Shard{0}, Shard{1}, Shard{2}}),
+                   *Layout::Create({64, 64, 64}, mesh, {Shard{2}, Shard{1}, Shard{0}})};
+  };
+  const Topology topo;
+  PlanCache cache;
+  {
+    const Problem warm = layouts();
+    auto plan = cache.GetOrPlan(warm.from, warm.to, DType::kF32, topo);
+    if (!plan.ok()) state.SkipWithError(plan.status().ToString().c_str());
+  }
+  const Problem p = layouts();
+  for (auto _ : state) {
+    auto plan = cache.GetOrPlan(p.from, p.to, DType::kF32, topo);
+    benchmark::DoNotOptimize(plan);
+  }
+  state.counters["ranks"] = static_cast<double>(mesh_shape[0] * mesh_shape[1] * mesh_shape[2]);
+  state.counters["misses"] = static_cast<double>(cache.misses());
+}
+BENCHMARK(BM_PlanCachedLookupVsRanks)
+    ->Args({2, 2, 2})
+    ->Args({8, 8, 8})
+    ->Args({16, 16, 8})
+    ->Unit(benchmark::kNanosecond);
 
 void BM_PlanGreedy(benchmark::State& state) {
   const Problem p = MakeProblem(static_cast<int>(state.range(0)));

@@ -106,6 +106,30 @@ StatusOr<ShardOrder> ParseShardOrder(std::string_view text) {
   return out;
 }
 
+uint64_t HashLayout(const Layout& layout) { return layout.hash_; }
+
+namespace {
+
+uint64_t ComputeLayoutHash(const Layout& layout) {
+  uint64_t h = 0x6c61796f7574ull;  // "layout"
+  for (int64_t s : layout.global_shape()) HashMix(h, static_cast<uint64_t>(s));
+  HashMix(h, 0xabcdu);
+  HashMix(h, layout.mesh().fingerprint());  // shape, names and ranks, hashed once by the mesh
+  for (const Placement& p : layout.placements()) {
+    uint64_t v = static_cast<uint64_t>(p.index()) * 64;
+    if (IsShard(p)) v += static_cast<uint64_t>(std::get<Shard>(p).dim);
+    if (IsPartial(p)) v += static_cast<uint64_t>(std::get<Partial>(p).op);
+    HashMix(h, v);
+  }
+  for (const std::vector<int>& order : layout.shard_order()) {
+    HashMix(h, 0x5eedu);
+    for (int m : order) HashMix(h, static_cast<uint64_t>(m));
+  }
+  return h;
+}
+
+}  // namespace
+
 StatusOr<Layout> Layout::Create(std::vector<int64_t> global_shape, DeviceMesh mesh, Placements placements,
                                 ShardOrder shard_order) {
   for (size_t d = 0; d < global_shape.size(); ++d) {
@@ -132,6 +156,7 @@ StatusOr<Layout> Layout::Create(std::vector<int64_t> global_shape, DeviceMesh me
   l.mesh_ = std::move(mesh);
   l.placements_ = std::move(placements);
   l.shard_order_ = std::move(order);
+  l.hash_ = ComputeLayoutHash(l);
   return l;
 }
 
@@ -212,24 +237,5 @@ std::string Layout::ToString() const {
   return PlacementsString() + " on " + mesh_.ToString() + " shape " + ListString(global_shape_);
 }
 
-uint64_t HashLayout(const Layout& layout) {
-  uint64_t h = 0x6c61796f7574ull;  // "layout"
-  for (int64_t s : layout.global_shape()) HashMix(h, static_cast<uint64_t>(s));
-  HashMix(h, 0xabcdu);
-  for (int64_t s : layout.mesh().shape()) HashMix(h, static_cast<uint64_t>(s));
-  for (int r : layout.mesh().ranks()) HashMix(h, static_cast<uint64_t>(r));
-  for (const std::string& n : layout.mesh().names()) HashMix(h, std::hash<std::string>()(n));
-  for (const Placement& p : layout.placements()) {
-    uint64_t v = static_cast<uint64_t>(p.index()) * 64;
-    if (IsShard(p)) v += static_cast<uint64_t>(std::get<Shard>(p).dim);
-    if (IsPartial(p)) v += static_cast<uint64_t>(std::get<Partial>(p).op);
-    HashMix(h, v);
-  }
-  for (const std::vector<int>& order : layout.shard_order()) {
-    HashMix(h, 0x5eedu);
-    for (int m : order) HashMix(h, static_cast<uint64_t>(m));
-  }
-  return h;
-}
 
 }  // namespace meshflow

@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "meshflow/base/hash.h"
 #include "meshflow/base/status.h"
 #include "meshflow/dtensor/box.h"
 #include "meshflow/dtensor/placement.h"
@@ -76,9 +77,10 @@ class Layout {
   std::string PlacementsString() const;
 
   friend bool operator==(const Layout& a, const Layout& b) {
-    return a.global_shape_ == b.global_shape_ && a.mesh_ == b.mesh_ &&
+    return a.hash_ == b.hash_ && a.global_shape_ == b.global_shape_ && a.mesh_ == b.mesh_ &&
            a.placements_ == b.placements_ && a.shard_order_ == b.shard_order_;
   }
+  friend uint64_t HashLayout(const Layout& layout);
 
  private:
   Layout() = default;
@@ -86,16 +88,14 @@ class Layout {
   DeviceMesh mesh_ = *DeviceMesh::Create({1});
   Placements placements_;
   ShardOrder shard_order_;
+  uint64_t hash_ = 0;  // HashLayout, computed once by Create
 };
 
 // A hash of every field operator== compares (global shape, mesh shape/ranks/names, placements,
 // shard order), for hashed caches keyed on layouts (planner/plan_cache.h, ops/eager.h). Equal
-// layouts hash equal; use operator== to confirm a match.
+// layouts hash equal; use operator== to confirm a match. O(1): computed once when the layout is
+// created (the mesh part from DeviceMesh::fingerprint), so a cache lookup never walks rank lists.
 uint64_t HashLayout(const Layout& layout);
-// Mixes `v` into the running hash `h` (shared by the layout-keyed caches).
-inline void HashMix(uint64_t& h, uint64_t v) {
-  h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
-}
 
 // Validates placements + order against a tensor rank and mesh ndim and returns the normalized
 // order (shared by Layout::Create and the planner's state space).

@@ -1,5 +1,7 @@
 #include "meshflow/mesh/device_mesh.h"
 
+#include <functional>
+
 #include <algorithm>
 #include <numeric>
 #include <set>
@@ -75,9 +77,15 @@ StatusOr<DeviceMesh> DeviceMesh::CreateWithRanks(std::vector<int64_t> shape, std
     identity = identity && ranks[i] == static_cast<int>(i);
   }
   DeviceMesh mesh;
+  uint64_t h = 0x6d657368ull;  // "mesh"
+  for (int64_t d : shape) HashMix(h, static_cast<uint64_t>(d));
+  HashMix(h, names.size());
+  for (const std::string& name : names) HashMix(h, std::hash<std::string>()(name));
+  for (int r : ranks) HashMix(h, static_cast<uint64_t>(r));
+  mesh.fingerprint_ = h;
   mesh.shape_ = std::move(shape);
   mesh.names_ = std::move(names);
-  mesh.ranks_ = std::move(ranks);
+  mesh.ranks_ = std::make_shared<const std::vector<int>>(std::move(ranks));
   mesh.identity_ranks_ = identity;
   mesh.strides_.assign(mesh.shape_.size(), 1);
   for (int d = mesh.ndim() - 2; d >= 0; --d) mesh.strides_[d] = mesh.strides_[d + 1] * mesh.shape_[d + 1];
@@ -102,8 +110,8 @@ StatusOr<int> DeviceMesh::IndexOf(int rank) const {
   if (identity_ranks_) {
     if (rank >= 0 && rank < size()) return rank;
   } else {
-    auto it = std::find(ranks_.begin(), ranks_.end(), rank);
-    if (it != ranks_.end()) return static_cast<int>(it - ranks_.begin());
+    auto it = std::find(ranks_->begin(), ranks_->end(), rank);
+    if (it != ranks_->end()) return static_cast<int>(it - ranks_->begin());
   }
   return OutOfRangeError("rank " + std::to_string(rank) + " is not in " + ToString());
 }
@@ -127,7 +135,7 @@ StatusOr<int> DeviceMesh::RankAt(std::span<const int64_t> coord) const {
     }
     index += coord[d] * strides_[d];
   }
-  return ranks_[index];
+  return (*ranks_)[index];
 }
 
 Status DeviceMesh::CheckDims(std::span<const int> dims) const {
@@ -167,7 +175,7 @@ StatusOr<std::vector<int>> DeviceMesh::Group(int rank, std::span<const int> dims
       offset += (rem % shape_[d]) * strides_[d];
       rem /= shape_[d];
     }
-    group.push_back(ranks_[base + offset]);
+    group.push_back((*ranks_)[base + offset]);
   }
   return group;
 }
@@ -175,10 +183,10 @@ StatusOr<std::vector<int>> DeviceMesh::Group(int rank, std::span<const int> dims
 StatusOr<std::vector<std::vector<int>>> DeviceMesh::AllGroups(std::span<const int> dims) const {
   MF_RETURN_IF_ERROR(CheckDims(dims));
   std::vector<std::vector<int>> groups;
-  std::vector<bool> done(ranks_.size(), false);
+  std::vector<bool> done(ranks_->size(), false);
   for (int i = 0; i < size(); ++i) {
     if (done[i]) continue;
-    MF_ASSIGN_OR_RETURN(std::vector<int> g, Group(ranks_[i], dims));
+    MF_ASSIGN_OR_RETURN(std::vector<int> g, Group((*ranks_)[i], dims));
     for (int r : g) done[*IndexOf(r)] = true;
     groups.push_back(std::move(g));
   }
@@ -209,7 +217,7 @@ std::string DeviceMesh::ToString() const {
   }
   if (!identity_ranks_) {
     os << ", ranks {";
-    for (size_t i = 0; i < ranks_.size(); ++i) os << (i ? "," : "") << ranks_[i];
+    for (size_t i = 0; i < ranks_->size(); ++i) os << (i ? "," : "") << (*ranks_)[i];
     os << "}";
   }
   os << ")";

@@ -11,18 +11,20 @@
 //
 // Example:
 //   MF_ASSIGN_OR_RETURN(DeviceMesh mesh, DeviceMesh::Create({2, 2}, {"dp", "tp"}));
-//   mesh.Group(/*rank=*/3, /*dim=*/0)   ->  {1, 3}
-//   mesh.Group(3, {0, 1})               ->  {0, 1, 2, 3}
-//   mesh.Slice({"tp"}, 3)               ->  1-D mesh "tp" over world ranks {2, 3}
+//   mesh.Group(/*rank=*/3, /*dim=*/0)                ->  {1, 3}
+//   mesh.Group(3, std::vector<int>{0, 1})            ->  {0, 1, 2, 3}
+//   mesh.Slice(std::vector<std::string>{"tp"}, 3)    ->  1-D mesh "tp" over world ranks {2, 3}
 #ifndef MESHFLOW_MESH_DEVICE_MESH_H_
 #define MESHFLOW_MESH_DEVICE_MESH_H_
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "meshflow/base/hash.h"
 #include "meshflow/base/status.h"
 
 namespace meshflow {
@@ -39,14 +41,17 @@ class DeviceMesh {
 
   int ndim() const { return static_cast<int>(shape_.size()); }
   // Number of ranks in the mesh.
-  int size() const { return static_cast<int>(ranks_.size()); }
+  int size() const { return static_cast<int>(ranks_->size()); }
   const std::vector<int64_t>& shape() const { return shape_; }
   // Precondition: 0 <= d < ndim().
   int64_t dim_size(int d) const { return shape_[d]; }
   // Empty when the mesh has no names.
   const std::vector<std::string>& names() const { return names_; }
-  // World ranks of the members, row-major over shape().
-  const std::vector<int>& ranks() const { return ranks_; }
+  // World ranks of the members, row-major over shape(). Copies of a mesh share one rank list.
+  const std::vector<int>& ranks() const { return *ranks_; }
+  // A hash of everything operator== compares (shape, names, ranks), computed once by Create, so
+  // that hashing a mesh (e.g. a layout-keyed cache lookup) costs O(1), not O(size()).
+  uint64_t fingerprint() const { return fingerprint_; }
 
   // Index of the dim called `name`. Errors: the mesh has no dim of that name.
   StatusOr<int> DimIndex(std::string_view name) const;
@@ -76,8 +81,12 @@ class DeviceMesh {
   // "mesh(2x2, [dp, tp])" or "mesh(2x2)"; sub-meshes append their ranks.
   std::string ToString() const;
 
+  // O(ndim) when the two meshes share their rank list (copies of one mesh) or both are meshes
+  // over world ranks 0..size()-1; O(size()) only for equal-looking meshes created separately
+  // over explicit ranks.
   friend bool operator==(const DeviceMesh& a, const DeviceMesh& b) {
-    return a.shape_ == b.shape_ && a.names_ == b.names_ && a.ranks_ == b.ranks_;
+    return a.fingerprint_ == b.fingerprint_ && a.shape_ == b.shape_ && a.names_ == b.names_ &&
+           (a.ranks_ == b.ranks_ || (a.identity_ranks_ && b.identity_ranks_) || *a.ranks_ == *b.ranks_);
   }
 
  private:
@@ -87,8 +96,9 @@ class DeviceMesh {
   std::vector<int64_t> shape_;
   std::vector<int64_t> strides_;  // row-major strides over shape_
   std::vector<std::string> names_;
-  std::vector<int> ranks_;
-  bool identity_ranks_ = true;  // ranks_[i] == i
+  std::shared_ptr<const std::vector<int>> ranks_;  // never null; shared by copies
+  bool identity_ranks_ = true;                      // (*ranks_)[i] == i
+  uint64_t fingerprint_ = 0;
 };
 
 }  // namespace meshflow

@@ -486,6 +486,37 @@ TEST(DeviceMeshSliceTest, Errors) {
   EXPECT_FALSE(u->Slice(d0, 0).ok());
 }
 
+// Equality and the fingerprint see shape, names and ranks; equal meshes built separately (with
+// identity or explicit ranks) are equal and fingerprint equal, so layout-keyed caches hit.
+TEST(DeviceMeshEqualityTest, FingerprintAndEqualityFollowShapeNamesAndRanks) {
+  const DeviceMesh a = *DeviceMesh::Create({2, 4}, {"dp", "tp"});
+  const DeviceMesh same = *DeviceMesh::Create({2, 4}, {"dp", "tp"});
+  const DeviceMesh same_explicit = *DeviceMesh::CreateWithRanks({2, 4}, {0, 1, 2, 3, 4, 5, 6, 7}, {"dp", "tp"});
+  EXPECT_EQ(a, same);
+  EXPECT_EQ(a, same_explicit);
+  EXPECT_EQ(a.fingerprint(), same.fingerprint());
+  EXPECT_EQ(a.fingerprint(), same_explicit.fingerprint());
+  const DeviceMesh copy = a;  // copies share the rank list
+  EXPECT_EQ(copy, a);
+  EXPECT_EQ(&copy.ranks(), &a.ranks());
+
+  const std::vector<DeviceMesh> different = {
+      *DeviceMesh::Create({4, 2}, {"dp", "tp"}),                                     // shape
+      *DeviceMesh::Create({2, 4}, {"tp", "dp"}),                                     // names
+      *DeviceMesh::Create({2, 4}),                                                   // no names
+      *DeviceMesh::CreateWithRanks({2, 4}, {0, 1, 2, 3, 4, 5, 7, 6}, {"dp", "tp"}),  // ranks
+      *DeviceMesh::CreateWithRanks({2, 4}, {1, 2, 3, 4, 5, 6, 7, 8}, {"dp", "tp"}),  // ranks
+  };
+  for (const DeviceMesh& d : different) {
+    EXPECT_FALSE(d == a) << d.ToString();
+    EXPECT_NE(d.fingerprint(), a.fingerprint()) << d.ToString();
+  }
+  // Explicit-rank meshes built separately compare their rank lists.
+  const DeviceMesh sub = *DeviceMesh::CreateWithRanks({2}, {5, 9}, {"tp"});
+  EXPECT_EQ(sub, *DeviceMesh::CreateWithRanks({2}, {5, 9}, {"tp"}));
+  EXPECT_FALSE(sub == *DeviceMesh::CreateWithRanks({2}, {9, 5}, {"tp"}));
+}
+
 TEST(DeviceMeshToStringTest, Forms) {
   EXPECT_EQ(DeviceMesh::Create({2, 2}, {"dp", "tp"})->ToString(), "mesh(2x2, [dp, tp])");
   EXPECT_EQ(DeviceMesh::Create({2, 2})->ToString(), "mesh(2x2)");
