@@ -55,12 +55,12 @@ Status DataLossError(std::string m) { return Status(StatusCode::kDataLoss, std::
 Status InternalError(std::string m) { return Status(StatusCode::kInternal, std::move(m)); }
 Status UnavailableError(std::string m) { return Status(StatusCode::kUnavailable, std::move(m)); }
 
-namespace internal_status {
+namespace status_internal {
 void DieOnValueOfError(const Status& status) {
   std::fprintf(stderr, "StatusOr::value() on an error: %s\n", status.ToString().c_str());
   std::fflush(stderr);
   std::abort();
 }
-}  // namespace internal_status
+}  // namespace status_internal
 
 }  // namespace meshflow

@@ -74,10 +74,10 @@ Status DataLossError(std::string message);
 Status InternalError(std::string message);
 Status UnavailableError(std::string message);
 
-namespace internal_status {
+namespace status_internal {
 // Prints "StatusOr::value() on an error: <status>" to stderr and aborts.
 [[noreturn]] void DieOnValueOfError(const Status& status);
-}  // namespace internal_status
+}  // namespace status_internal
 
 // Either a value of type T or a non-OK Status.
 template <typename T>
@@ -120,20 +120,20 @@ class [[nodiscard]] StatusOr {
 
  private:
   void CheckValue() const {
-    if (!ok()) [[unlikely]] internal_status::DieOnValueOfError(status_);
+    if (!ok()) [[unlikely]] status_internal::DieOnValueOfError(status_);
   }
 
   Status status_;
   std::optional<T> value_;
 };
 
-namespace internal_status {
+namespace status_internal {
 inline const Status& GetStatus(const Status& s) { return s; }
 template <typename T>
 const Status& GetStatus(const StatusOr<T>& s) {
   return s.status();
 }
-}  // namespace internal_status
+}  // namespace status_internal
 
 }  // namespace meshflow
 
@@ -144,7 +144,7 @@ const Status& GetStatus(const StatusOr<T>& s) {
 // e.g. MF_RETURN_IF_ERROR(loader->Next().status()).
 #define MF_RETURN_IF_ERROR(expr)                                                                   \
   do {                                                                                             \
-    ::meshflow::Status mf_status_tmp = ::meshflow::internal_status::GetStatus((expr));             \
+    ::meshflow::Status mf_status_tmp = ::meshflow::status_internal::GetStatus((expr));             \
     if (!mf_status_tmp.ok()) return mf_status_tmp;                                                 \
   } while (0)
 

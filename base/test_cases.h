@@ -13,7 +13,7 @@
 #include <cstdint>
 #include <cstdlib>
 
-namespace meshflow {
+namespace meshflow::testing {
 
 inline int PropertyTestCases(int default_cases) {
   const char* env = std::getenv("MESHFLOW_PROPERTY_CASES_PERCENT");
@@ -24,6 +24,6 @@ inline int PropertyTestCases(int default_cases) {
   return std::max(1, static_cast<int>(static_cast<int64_t>(default_cases) * percent / 100));
 }
 
-}  // namespace meshflow
+}  // namespace meshflow::testing
 
 #endif  // MESHFLOW_BASE_TEST_CASES_H_

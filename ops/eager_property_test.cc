@@ -19,6 +19,7 @@ namespace meshflow {
 namespace {
 
 using testing::Compare;
+using testing::PropertyTestCases;
 using testing::GlobalFor;
 using testing::WorldOf;
 

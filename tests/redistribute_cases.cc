@@ -6,7 +6,7 @@
 
 #include "meshflow/collectives/executor.h"
 
-namespace meshflow {
+namespace meshflow::testing {
 
 std::string RedistributeCase::ToString() const {
   std::string s = mesh.ToString() + " shape [";
@@ -119,4 +119,4 @@ StatusOr<std::string> CheckRank(const RedistributeCase& c, const PlannedCase& pl
   return err;
 }
 
-}  // namespace meshflow
+}  // namespace meshflow::testing

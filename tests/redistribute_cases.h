@@ -25,7 +25,7 @@
 #include "meshflow/collectives/mesh_comms.h"
 #include "meshflow/dtensor/dtensor.h"
 
-namespace meshflow {
+namespace meshflow::testing {
 
 // One random redistribution: a global tensor of `shape` and `dtype` on `mesh`, from one layout to
 // another.
@@ -83,6 +83,6 @@ std::string PlanCase(const RedistributeCase& c, PlannerKind planner, std::option
 // differs: X"); an error status when a step fails.
 StatusOr<std::string> CheckRank(const RedistributeCase& c, const PlannedCase& planned, MeshComms& comms);
 
-}  // namespace meshflow
+}  // namespace meshflow::testing
 
 #endif  // MESHFLOW_TESTS_REDISTRIBUTE_CASES_H_

@@ -8,7 +8,7 @@
 
 namespace meshflow {
 
-static_assert(kMaxDeviceCopyRank == cuda_launch::kMaxBoxRank);
+static_assert(kMaxDeviceCopyRank == device_kernels_internal::kMaxBoxRank);
 static_assert(static_cast<int>(DType::kF32) == 0 && static_cast<int>(DType::kF64) == 1 &&
               static_cast<int>(DType::kBF16) == 2 && static_cast<int>(DType::kI32) == 3 &&
               static_cast<int>(DType::kI64) == 4);
@@ -54,7 +54,7 @@ Status CopyRegionOnDevice(const void* src, std::span<const int64_t> src_shape, s
     return InvalidArgumentError(std::string("CopyRegionOnDevice: ") + (src == nullptr ? "src" : "dst") +
                                 " is null for " + std::to_string(total) + " elements");
   }
-  cuda_launch::BoxCopyArgs a;
+  device_kernels_internal::BoxCopyArgs a;
   a.src = src;
   a.dst = dst;
   a.rank = static_cast<int>(rank);
@@ -66,7 +66,7 @@ Status CopyRegionOnDevice(const void* src, std::span<const int64_t> src_shape, s
     a.dst_offset[k] = dst_offset[k];
     a.extent[k] = extent[k];
   }
-  return CheckCuda(cuda_launch::LaunchBoxCopy(a, stream), "BoxCopyKernel launch",
+  return CheckCuda(device_kernels_internal::LaunchBoxCopy(a, stream), "BoxCopyKernel launch",
                    "CopyRegionOnDevice (extent " + ListString(extent) + ")");
 }
 
@@ -83,7 +83,7 @@ Status ReduceOnDevice(const void* in, int n, int64_t stride, int64_t count, void
     return InvalidArgumentError(std::string("ReduceOnDevice: ") + (in == nullptr ? "in" : "out") +
                                 " is null for count " + std::to_string(count));
   }
-  return CheckCuda(cuda_launch::LaunchReduceStrided(in, n, stride, count, out, static_cast<int>(dtype),
+  return CheckCuda(device_kernels_internal::LaunchReduceStrided(in, n, stride, count, out, static_cast<int>(dtype),
                                                     static_cast<int>(op), stream),
                    "ReduceKernel launch", "ReduceOnDevice (" + std::string(DTypeName(dtype)) + ", count " +
                                               std::to_string(count) + ")");

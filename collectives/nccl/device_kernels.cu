@@ -5,7 +5,7 @@
 #include "meshflow/collectives/nccl/device_kernels_launch.h"
 
 namespace meshflow {
-namespace cuda_launch {
+namespace device_kernels_internal {
 namespace {
 
 constexpr int kThreads = 256;
@@ -187,5 +187,5 @@ cudaError_t LaunchReduceStrided(const void* in, int64_t n, int64_t stride, int64
   }
 }
 
-}  // namespace cuda_launch
+}  // namespace device_kernels_internal
 }  // namespace meshflow

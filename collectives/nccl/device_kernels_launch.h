@@ -15,7 +15,7 @@
 #include <cstdint>
 
 namespace meshflow {
-namespace cuda_launch {
+namespace device_kernels_internal {
 
 constexpr int kMaxBoxRank = 8;
 
@@ -40,7 +40,7 @@ cudaError_t LaunchBoxCopy(const BoxCopyArgs& args, cudaStream_t stream);
 cudaError_t LaunchReduceStrided(const void* in, int64_t n, int64_t stride, int64_t count, void* out, int dtype, int op,
                                 cudaStream_t stream);
 
-}  // namespace cuda_launch
+}  // namespace device_kernels_internal
 }  // namespace meshflow
 
 #endif  // MESHFLOW_COLLECTIVES_NCCL_DEVICE_KERNELS_LAUNCH_H_

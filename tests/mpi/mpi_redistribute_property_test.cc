@@ -33,6 +33,12 @@
 namespace meshflow {
 namespace {
 
+using testing::CheckRank;
+using testing::PlanCase;
+using testing::PlannedCase;
+using testing::RedistributeCase;
+using testing::RedistributeCaseGenerator;
+
 // Meshes that cover a world of `world_size` ranks.
 std::vector<std::vector<int64_t>> MeshShapesFor(int world_size) {
   if (world_size == 4) return {{4}, {2, 2}, {1, 4}};
