@@ -31,13 +31,13 @@
 // failing rank's, with context "rank r").
 //
 //   MF_ASSIGN_OR_RETURN(MeshComms comms, MeshComms::Create(world_comm, mesh_2x4));
-//   MF_RETURN_IF_ERROR(SaveCheckpoint("/ckpt/step100", {{"w", &w}, {"b", &b}}, comms,
+//   MF_RETURN_IF_ERROR(SaveCheckpoint("ckpt/step100", {{"w", &w}, {"b", &b}}, comms,
 //                                     {.extra_state = loader_state}));
-//   ...  // later, on another mesh
+//   // ... later, on another mesh
 //   MF_ASSIGN_OR_RETURN(MeshComms comms8, MeshComms::Create(world_comm, mesh_8));
 //   MF_ASSIGN_OR_RETURN(Layout target, Layout::Create({1024, 512}, mesh_8, {Shard{1}}));
-//   MF_ASSIGN_OR_RETURN(DTensor w2, LoadTensor("/ckpt/step100", "w", target, comms8));
-//   MF_ASSIGN_OR_RETURN(std::string state, LoadExtraState("/ckpt/step100"));
+//   MF_ASSIGN_OR_RETURN(DTensor w2, LoadTensor("ckpt/step100", "w", target, comms8));
+//   MF_ASSIGN_OR_RETURN(std::string state, LoadExtraState("ckpt/step100"));
 #ifndef MESHFLOW_CHECKPOINT_CHECKPOINT_H_
 #define MESHFLOW_CHECKPOINT_CHECKPOINT_H_
 

@@ -12,9 +12,10 @@
 //   CheckpointMetadata md;
 //   md.checksum_block_bytes = 1 << 20;
 //   md.file_sizes = {64};
-//   md.tensors.push_back({.name = "w", .dtype = DType::kF32, .shape = {4, 4}, .chunks = {...}});
+//   ChunkRecord chunk{.box = {{0, 0}, {4, 4}}, .byte_length = 64, .block_crcs = {crc}};  // crc of its bytes
+//   md.tensors.push_back({.name = "w", .dtype = DType::kF32, .shape = {4, 4}, .chunks = {chunk}});
 //   std::string bytes = EncodeMetadata(md);
-//   MF_ASSIGN_OR_RETURN(CheckpointMetadata back, DecodeMetadata(bytes, "ckpt/metadata.mfck"));
+//   MF_ASSIGN_OR_RETURN(CheckpointMetadata back, DecodeMetadata(bytes, "ckpt/metadata.mfck"));  // == md
 #ifndef MESHFLOW_CHECKPOINT_FORMAT_H_
 #define MESHFLOW_CHECKPOINT_FORMAT_H_
 

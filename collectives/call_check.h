@@ -5,7 +5,7 @@
 //
 //   const CallSite site{"mpi ", "all_gather", world_ranks, rank};
 //   MF_RETURN_IF_ERROR(CheckCounts(site, "recv_counts", recv_counts));
-//   ...  // every rank gathers every member's CollectiveCall, then:
+//   // ... every rank gathers every member's CollectiveCall, then:
 //   MF_RETURN_IF_ERROR(CheckCallsMatch(site, n, [&](int r) -> const CollectiveCall& { return calls[r]; }));
 //
 // Messages name the call as "<prefix><what> on group [w0,w1,...] (world ranks)" and ranks as

@@ -3,7 +3,7 @@
 // Internal to data/ (used by record_shards and token_file). An empty file maps to an empty span.
 // WriteFileParts is the matching writer (stdio, every call checked).
 //
-//   MF_ASSIGN_OR_RETURN(std::unique_ptr<MappedFile> f, MappedFile::Open("/data/train.bin"));
+//   MF_ASSIGN_OR_RETURN(std::unique_ptr<MappedFile> f, MappedFile::Open("train.bin"));
 //   std::span<const std::byte> bytes = f->bytes();
 #ifndef MESHFLOW_DATA_MAPPED_FILE_H_
 #define MESHFLOW_DATA_MAPPED_FILE_H_

@@ -24,8 +24,8 @@
 // version is UNIMPLEMENTED; shards whose dtype or sample shape differ from the first are
 // INVALID_ARGUMENT. The dataset is the concatenation of the shards in file-name order.
 //
-//   MF_RETURN_IF_ERROR(WriteRecordShards("/tmp/ds", *in_memory, /*records_per_shard=*/1000));
-//   MF_ASSIGN_OR_RETURN(auto ds, RecordShardDataset::Open("/tmp/ds"));
+//   MF_RETURN_IF_ERROR(WriteRecordShards("ds", *in_memory, /*records_per_shard=*/1000));
+//   MF_ASSIGN_OR_RETURN(auto ds, RecordShardDataset::Open("ds"));
 #ifndef MESHFLOW_DATA_RECORD_SHARDS_H_
 #define MESHFLOW_DATA_RECORD_SHARDS_H_
 

@@ -17,8 +17,8 @@
 // not a multiple of the token width ("wrong size") or fewer than seq_len + 1 tokens;
 // INVALID_ARGUMENT for seq_len < 1 or an output dtype other than i32/i64.
 //
-//   MF_RETURN_IF_ERROR(WriteTokenFile("/tmp/t.bin", tokens, TokenWidth::kU16));
-//   MF_ASSIGN_OR_RETURN(auto ds, TokenFileDataset::Open("/tmp/t.bin", {.seq_len = 128}));
+//   MF_RETURN_IF_ERROR(WriteTokenFile("t.bin", tokens, TokenWidth::kU16));
+//   MF_ASSIGN_OR_RETURN(auto ds, TokenFileDataset::Open("t.bin", {.seq_len = 128}));
 //   ds->sample_shape()  ->  {129}
 #ifndef MESHFLOW_DATA_TOKEN_FILE_H_
 #define MESHFLOW_DATA_TOKEN_FILE_H_

@@ -9,7 +9,7 @@
 //
 //   MF_ASSIGN_OR_RETURN(Tensor c, MatmulKernel(a, b));          // [..., m, k] x [..., k, n]
 //   MF_ASSIGN_OR_RETURN(Tensor y, BinaryKernel(BinaryOp::kAdd, x, bias));  // broadcast
-//   MF_ASSIGN_OR_RETURN(Tensor s, ReduceKernel(ReduceKind::kMean, x, {1}, false));
+//   MF_ASSIGN_OR_RETURN(Tensor s, ReduceKernel(ReduceKind::kMean, x, std::vector<int>{1}, false));
 //   MF_ASSIGN_OR_RETURN(Tensor p, SoftmaxKernel(x, /*dim=*/-1, /*log=*/false));
 //
 // Matmul uses Eigen GEMM on row-major Eigen::Map views, one call per batch entry; batch dims

@@ -1,9 +1,10 @@
 // Shape helpers shared by the sharding rules and the kernels.
 //
-//   ShapeString({5, 2})                       -> "[5,2]"
-//   BroadcastShapes("add", {5, 1}, {3})       -> {5, 3}
-//   BroadcastShapes("add", {5, 2}, {7})       -> INVALID_ARGUMENT: add: shapes [5,2] and [7] do not
-//                                                broadcast (sizes 2 vs 7 at broadcast dim 1)
+//   const std::vector<int64_t> a = {5, 1}, b = {3}, c = {5, 2}, d = {7};
+//   ShapeString(c)                  -> "[5,2]"
+//   BroadcastShapes("add", a, b)    -> {5, 3}
+//   BroadcastShapes("add", c, d)    -> INVALID_ARGUMENT: add: shapes [5,2] and [7] do not
+//                                      broadcast (sizes 2 vs 7 at broadcast dim 1)
 #ifndef MESHFLOW_OPS_SHAPE_UTIL_H_
 #define MESHFLOW_OPS_SHAPE_UTIL_H_
 

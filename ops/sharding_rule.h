@@ -35,10 +35,11 @@
 // may shard the same factor (default shard order, mesh-dim order), consistently on all operands.
 //
 // Example:
-//   MF_ASSIGN_OR_RETURN(ShardingRule rule, MatmulRule({5, 7}, {7, 3}));
+//   MF_ASSIGN_OR_RETURN(ShardingRule rule, MatmulRule(std::vector<int64_t>{5, 7}, std::vector<int64_t>{7, 3}));
 //   std::vector<Strategy> s = EnumerateStrategies(rule, /*mesh_ndim=*/1);
-//   // 6 strategies: R; S(m): {S(0),R}->S(0); S(k): {S(1),S(0)}->P(sum); S(n): {R,S(1)}->S(1);
-//   //               {P,R}->P; {R,P}->P
+//   // 6 strategies (ToString): {R} x {R} -> R; S(m): {S(0)} x {R} -> S(0);
+//   //   S(k): {S(1)} x {S(0)} -> P(sum); S(n): {R} x {S(1)} -> S(1);
+//   //   {P(sum)} x {R} -> P(sum); {R} x {P(sum)} -> P(sum)
 #ifndef MESHFLOW_OPS_SHARDING_RULE_H_
 #define MESHFLOW_OPS_SHARDING_RULE_H_
 

@@ -9,7 +9,10 @@
 //     meshflow::MpiFinalizeGuard finalize;
 //     auto world = meshflow::NcclMpiWorld();
 //     if (!world.ok()) meshflow::MpiAbort(world.status());
-//     ... (*world)->AllReduce(...) / DeviceAllReduce(..., stream) ...
+//     std::vector<float> x(8, 1.0f);  // host memory; DeviceAllReduce(..., stream) takes device memory
+//     meshflow::Status s = (*world)->AllReduce(x.data(), x.data(), 8, meshflow::DType::kF32,
+//                                              meshflow::ReduceOp::kSum);
+//     if (!s.ok()) meshflow::MpiAbort(s);
 //   }
 //   // mpirun -np 8 ./prog      (one process per GPU; more local ranks than GPUs is an error)
 //

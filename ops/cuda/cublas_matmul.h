@@ -10,7 +10,8 @@
 // Results match the Eigen kernel up to summation order (tests: relative 1e-5 for f32).
 //
 //   MF_ASSIGN_OR_RETURN(Tensor c, CudaMatmulKernel(a, b));              // host tensors
-//   MF_RETURN_IF_ERROR(CudaMatmulDevice(d_a, {8, 64, 32}, d_b, {32, 16}, d_c, DType::kF32, stream));
+//   const int64_t a_shape[] = {8, 64, 32}, b_shape[] = {32, 16};        // d_c: [8, 64, 16]
+//   MF_RETURN_IF_ERROR(CudaMatmulDevice(d_a, a_shape, d_b, b_shape, d_c, DType::kF32, stream));
 //
 // Host entry: allocates device buffers, copies in and out on a per-thread stream and synchronizes.
 // Device entry: enqueues on `stream` without host synchronization. Each thread keeps one cuBLAS
