@@ -1,5 +1,7 @@
 #include "meshflow/collectives/dtensor_api.h"
 
+#include <cstring>
+
 #include "meshflow/collectives/executor.h"
 
 namespace meshflow {
@@ -7,7 +9,9 @@ namespace meshflow {
 StatusOr<DTensor> Redistribute(const DTensor& x, const Layout& target, MeshComms& comms,
                                const RedistributeOptions& options) {
   MF_ASSIGN_OR_RETURN(std::shared_ptr<const Plan> plan, PlanFor(x.layout(), target, x.dtype(), options));
-  Tensor local = x.local();
+  // The working copy comes from the rank's step-buffer pool (the plan's first step gives it back).
+  Tensor local = Tensor::Uninitialized(x.dtype(), x.local().shape(), comms.buffers().Take(x.local().NumBytes()));
+  if (local.NumBytes() > 0) std::memcpy(local.raw(), x.local().raw(), static_cast<size_t>(local.NumBytes()));
   MF_RETURN_IF_ERROR(ExecutePlan(*plan, comms, local));
   return DTensor::FromLocal(std::move(local), target, x.rank());
 }

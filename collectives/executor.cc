@@ -1,7 +1,10 @@
 #include "meshflow/collectives/executor.h"
 
 #include <algorithm>
+#include <cstring>
+#include <limits>
 #include <sstream>
+#include <type_traits>
 
 #include "meshflow/planner/direct.h"
 
@@ -62,6 +65,38 @@ bool BlocksTileInOrder(std::span<const Box> blocks, const Box& outer) {
   return next == outer.NumElements();
 }
 
+int64_t SumOf(std::span<const int64_t> v) {
+  int64_t n = 0;
+  for (int64_t x : v) n += x;
+  return n;
+}
+
+// Step buffers come from the rank's pool (MeshComms::buffers()) and go back to it, so that a
+// repeated redistribution allocates nothing in steady state. Pooled bytes are stale: a step takes
+// an uninitialized buffer only where it writes every byte (the pieces it writes are disjoint and
+// add up to the whole buffer), and a zeroed one otherwise. On an error path the buffers are simply
+// freed, as before (a backend that timed out might still touch them).
+
+// A tensor of `shape` whose every byte the caller writes.
+Tensor TakeUninitialized(BufferPool& pool, DType dtype, std::vector<int64_t> shape) {
+  int64_t n = DTypeSize(dtype);
+  for (int64_t s : shape) n *= s;
+  return Tensor::Uninitialized(dtype, std::move(shape), pool.Take(n));
+}
+
+// A zero-filled tensor of `shape` in pooled memory.
+Tensor TakeZeros(BufferPool& pool, DType dtype, std::vector<int64_t> shape) {
+  Tensor t = TakeUninitialized(pool, dtype, std::move(shape));
+  if (t.NumBytes() > 0) std::memset(t.raw(), 0, static_cast<size_t>(t.NumBytes()));
+  return t;
+}
+
+// The step's result replaces `local`, whose storage goes back to the pool.
+void Replace(BufferPool& pool, Tensor& local, Tensor out) {
+  pool.Give(local.ReleaseBuffer());
+  local = std::move(out);
+}
+
 struct GroupInfo {
   Communicator* comm = nullptr;
   std::vector<int> members;  // world ranks, group order
@@ -105,23 +140,26 @@ Status RunAllGather(const PlanStep& step, MeshComms& comms, Tensor& local, int r
                            " is not inside the target box " + to_box.ToString());
     }
   }
-  Tensor out = Tensor::Zeros(local.dtype(), to_box.shape);
+  BufferPool& pool = comms.buffers();
+  const int64_t total = SumOf(counts);
+  // The members' blocks are disjoint shards inside to_box: when they add up to it, they cover it.
+  Tensor out = total == to_box.NumElements() ? TakeUninitialized(pool, local.dtype(), to_box.shape)
+                                             : TakeZeros(pool, local.dtype(), to_box.shape);
   if (BlocksTileInOrder(from_boxes, to_box)) {
     // The blocks lie back to back in the output (e.g. gathering the outermost dim): receive in place.
     MF_RETURN_IF_ERROR(g.comm->AllGatherV(local.raw(), local.NumElements(), out.raw(), counts, local.dtype()));
-    local = std::move(out);
+    Replace(pool, local, std::move(out));
     return Status();
   }
-  int64_t total = 0;
-  for (int64_t c : counts) total += c;
-  std::vector<std::byte> recv(static_cast<size_t>(total * DTypeSize(local.dtype())));
+  TensorBuffer recv = pool.Take(total * DTypeSize(local.dtype()));  // AllGatherV writes all of it
   MF_RETURN_IF_ERROR(g.comm->AllGatherV(local.raw(), local.NumElements(), recv.data(), counts, local.dtype()));
   int64_t pos = 0;
   for (size_t q = 0; q < g.members.size(); ++q) {
     if (!from_boxes[q].empty()) UnpackPiece(recv.data() + pos, from_boxes[q], out, to_box);
     pos += counts[q] * DTypeSize(local.dtype());
   }
-  local = std::move(out);
+  pool.Give(std::move(recv));
+  Replace(pool, local, std::move(out));
   return Status();
 }
 
@@ -150,12 +188,15 @@ Status RunReduceScatter(const PlanStep& step, MeshComms& comms, Tensor& local, i
     counts.push_back(piece.NumElements());
     pieces.push_back(std::move(piece));
   }
-  std::vector<std::byte> send(static_cast<size_t>(PackedBytes(pieces, local.dtype())));
+  BufferPool& pool = comms.buffers();
+  TensorBuffer send = pool.Take(PackedBytes(pieces, local.dtype()));  // the pieces fill it
   int64_t pos = 0;
   for (const Box& piece : pieces) pos += PackPiece(local, from_box, piece, send.data() + pos);
-  Tensor out = Tensor::Zeros(local.dtype(), to_box.shape);
+  // This rank's piece is its whole target box (checked above): the reduction writes all of out.
+  Tensor out = TakeUninitialized(pool, local.dtype(), to_box.shape);
   MF_RETURN_IF_ERROR(g.comm->ReduceScatterV(send.data(), counts, out.raw(), local.dtype(), *op));
-  local = std::move(out);
+  pool.Give(std::move(send));
+  Replace(pool, local, std::move(out));
   return Status();
 }
 
@@ -175,42 +216,62 @@ Status RunAllToAll(const PlanStep& step, MeshComms& comms, Tensor& local, int ra
     recv_counts.push_back(in_piece.NumElements());
     recv_pieces.push_back(std::move(in_piece));
   }
-  std::vector<std::byte> send(static_cast<size_t>(PackedBytes(send_pieces, local.dtype())));
-  {
+  BufferPool& pool = comms.buffers();
+  const int64_t es = DTypeSize(local.dtype());
+  // Blocks that lie back to back in `local` (e.g. S(1) -> S(0)) are sent from it directly;
+  // otherwise they are packed into a pooled buffer, which the pieces fill.
+  const bool send_in_place = BlocksTileInOrder(send_pieces, from_box);
+  TensorBuffer send;
+  if (!send_in_place) {
+    send = pool.Take(PackedBytes(send_pieces, local.dtype()));
     int64_t spos = 0;
     for (const Box& piece : send_pieces) {
       if (!piece.empty()) spos += PackPiece(local, from_box, piece, send.data() + spos);
     }
   }
-  int64_t total = 0;
-  for (int64_t c : recv_counts) total += c;
-  std::vector<std::byte> recv(static_cast<size_t>(total * DTypeSize(local.dtype())));
-  MF_RETURN_IF_ERROR(g.comm->AllToAllV(send.data(), send_counts, recv.data(), recv_counts, local.dtype()));
-  Tensor out = Tensor::Zeros(local.dtype(), to_box.shape);
-  int64_t pos = 0, covered = 0;
-  for (size_t q = 0; q < recv_pieces.size(); ++q) {
-    const Box& p = recv_pieces[q];
-    if (!p.empty()) UnpackPiece(recv.data() + pos, p, out, to_box);
-    pos += recv_counts[q] * DTypeSize(local.dtype());
-    covered += recv_counts[q];
+  const int64_t covered = SumOf(recv_counts);
+  // The received pieces are disjoint (the members' source shards are); when they add up to the
+  // target box they cover it, and out needs no zero-fill. (Otherwise the step fails below.)
+  Tensor out = covered == to_box.NumElements() ? TakeUninitialized(pool, local.dtype(), to_box.shape)
+                                               : TakeZeros(pool, local.dtype(), to_box.shape);
+  // Pieces that lie back to back in the target box (e.g. S(0) -> S(1)) are received in place.
+  const bool recv_in_place = BlocksTileInOrder(recv_pieces, to_box);
+  TensorBuffer recv;
+  if (!recv_in_place) recv = pool.Take(covered * es);  // AllToAllV writes all of it
+  MF_RETURN_IF_ERROR(g.comm->AllToAllV(send_in_place ? local.raw() : send.data(), send_counts,
+                                       recv_in_place ? out.raw() : recv.data(), recv_counts, local.dtype()));
+  if (!recv_in_place) {
+    int64_t pos = 0;
+    for (size_t q = 0; q < recv_pieces.size(); ++q) {
+      const Box& p = recv_pieces[q];
+      if (!p.empty()) UnpackPiece(recv.data() + pos, p, out, to_box);
+      pos += recv_counts[q] * es;
+    }
   }
   if (covered != to_box.NumElements()) {
     return InternalError("all_to_all: group pieces cover " + std::to_string(covered) + " of the " +
                          std::to_string(to_box.NumElements()) + " elements of target box " + to_box.ToString());
   }
-  local = std::move(out);
+  pool.Give(std::move(send));
+  pool.Give(std::move(recv));
+  Replace(pool, local, std::move(out));
   return Status();
 }
 
-Status RunLocalSlice(const PlanStep& step, Tensor& local, int rank) {
+Status RunLocalSlice(const PlanStep& step, BufferPool& pool, Tensor& local, int rank) {
   MF_ASSIGN_OR_RETURN(Box from_box, step.from.LocalBox(rank));
   MF_ASSIGN_OR_RETURN(Box to_box, step.to.LocalBox(rank));
   if (!(Intersect(from_box, to_box) == to_box) && !to_box.empty()) {
     return InternalError("local_slice: target box " + to_box.ToString() + " is not inside source box " +
                          from_box.ToString());
   }
-  local = to_box.empty() ? Tensor::Zeros(local.dtype(), to_box.shape)
-                         : local.Slice(Box{Sub(to_box.offset, from_box.offset), to_box.shape});
+  Tensor out = TakeUninitialized(pool, local.dtype(), to_box.shape);
+  if (!to_box.empty()) {
+    const std::vector<int64_t> zero(to_box.shape.size(), 0);
+    CopyRegion(local.raw(), local.shape(), Sub(to_box.offset, from_box.offset), out.raw(), out.shape(), zero,
+               to_box.shape, DTypeSize(local.dtype()));  // writes all of out
+  }
+  Replace(pool, local, std::move(out));
   return Status();
 }
 
@@ -221,10 +282,60 @@ Status RunLocalPartial(const PlanStep& step, Tensor& local, int rank) {
   MF_ASSIGN_OR_RETURN(std::vector<int64_t> coord, step.to.mesh().Coordinate(rank));
   for (int m : step.mesh_dims) {
     if (coord[m] != 0) {
-      local = Tensor::Zeros(local.dtype(), local.shape());
+      if (local.NumBytes() > 0) std::memset(local.raw(), 0, static_cast<size_t>(local.NumBytes()));
       return Status();
     }
   }
+  return Status();
+}
+
+// Fills `t` with the identity of `op`: sum 0 (-0.0 for floats, so x + identity == x bit for bit,
+// -0.0 included), max the lowest value (-inf for floats), min the highest (+inf). avg has none.
+Status FillReduceIdentity(Tensor& t, ReduceOp op) {
+  if (op == ReduceOp::kAvg) return InternalError("Partial(avg) has no identity element");
+  VisitDType(t.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    T v{};
+    if constexpr (std::is_same_v<T, BFloat16>) {
+      const float f = op == ReduceOp::kSum   ? -0.0f
+                      : op == ReduceOp::kMax ? -std::numeric_limits<float>::infinity()
+                                             : std::numeric_limits<float>::infinity();
+      v = BFloat16(f);
+    } else if constexpr (std::is_floating_point_v<T>) {
+      v = op == ReduceOp::kSum   ? -T{0}
+          : op == ReduceOp::kMax ? -std::numeric_limits<T>::infinity()
+                                 : std::numeric_limits<T>::infinity();
+    } else {
+      v = op == ReduceOp::kSum   ? T{0}
+          : op == ReduceOp::kMax ? std::numeric_limits<T>::lowest()
+                                 : std::numeric_limits<T>::max();
+    }
+    std::span<T> data = t.data<T>();
+    std::fill(data.begin(), data.end(), v);
+  });
+  return Status();
+}
+
+// local_shard_to_partial (no communication): the new box (the all_gather target box) holds the
+// own shard in place and the identity of the Partial op elsewhere; the group's shards tile it
+// (planner/transforms.h), so the reduction over the group is the gathered value exactly.
+Status RunLocalShardToPartial(const PlanStep& step, BufferPool& pool, Tensor& local, int rank) {
+  const std::optional<ReduceOp> op = step.to.partial_op();
+  if (!op) return InternalError("local_shard_to_partial step to a layout without Partial: " + step.to.ToString());
+  MF_ASSIGN_OR_RETURN(Box from_box, step.from.LocalBox(rank));
+  MF_ASSIGN_OR_RETURN(Box to_box, step.to.LocalBox(rank));
+  if (!from_box.empty() && !(Intersect(from_box, to_box) == from_box)) {
+    return InternalError("local_shard_to_partial: source box " + from_box.ToString() + " is not inside target box " +
+                         to_box.ToString());
+  }
+  Tensor out = TakeUninitialized(pool, local.dtype(), to_box.shape);
+  MF_RETURN_IF_ERROR(FillReduceIdentity(out, *op));
+  if (!from_box.empty()) {
+    const std::vector<int64_t> zero(from_box.shape.size(), 0);
+    CopyRegion(local.raw(), local.shape(), zero, out.raw(), out.shape(), Sub(from_box.offset, to_box.offset),
+               from_box.shape, DTypeSize(local.dtype()));
+  }
+  Replace(pool, local, std::move(out));
   return Status();
 }
 
@@ -240,9 +351,18 @@ Status RunSendRecv(const PlanStep& step, MeshComms& comms, Tensor& local, int ra
     return static_cast<int>(std::find(g.members.begin(), g.members.end(), world_rank) - g.members.begin());
   };
   // Contiguous pieces go straight from `local` / into `out`; the others through packed temporaries.
+  BufferPool& pool = comms.buffers();
   const int64_t es = DTypeSize(local.dtype());
-  Tensor out = Tensor::Zeros(local.dtype(), to_box.shape);
-  std::vector<Tensor> temps;  // send slices and receive buffers of non-contiguous pieces
+  const Box kept = Intersect(from_box, to_box);
+  // The received boxes and the kept one are disjoint (planner/direct.h): when they add up to the
+  // target box, every byte of out is written.
+  int64_t covered = kept.NumElements();
+  for (const Transfer& t : transfers) {
+    if (t.dst_rank == rank) covered += t.box.NumElements();
+  }
+  Tensor out = covered == to_box.NumElements() ? TakeUninitialized(pool, local.dtype(), to_box.shape)
+                                               : TakeZeros(pool, local.dtype(), to_box.shape);
+  std::vector<Tensor> temps;  // send slices and receive buffers of non-contiguous pieces (all written)
   temps.reserve(transfers.size());
   std::vector<std::pair<size_t, Box>> unpack;  // (temps index, piece) received into a temporary
   std::vector<SendSpec> sends;
@@ -253,7 +373,8 @@ Status RunSendRecv(const PlanStep& step, MeshComms& comms, Tensor& local, int ra
       if (const int64_t off = ContiguousOffset(t.box, from_box); off >= 0) {
         buf = local.raw() + off * es;
       } else {
-        temps.push_back(local.Slice(Box{Sub(t.box.offset, from_box.offset), t.box.shape}));
+        temps.push_back(TakeUninitialized(pool, local.dtype(), t.box.shape));
+        PackPiece(local, from_box, t.box, temps.back().raw());
         buf = temps.back().raw();
       }
       sends.push_back(SendSpec{peer_of(t.dst_rank), buf, t.box.NumElements()});
@@ -263,7 +384,7 @@ Status RunSendRecv(const PlanStep& step, MeshComms& comms, Tensor& local, int ra
       if (const int64_t off = ContiguousOffset(t.box, to_box); off >= 0) {
         buf = out.raw() + off * es;
       } else {
-        temps.push_back(Tensor::Zeros(local.dtype(), t.box.shape));
+        temps.push_back(TakeUninitialized(pool, local.dtype(), t.box.shape));
         unpack.emplace_back(temps.size() - 1, t.box);
         buf = temps.back().raw();
       }
@@ -271,13 +392,13 @@ Status RunSendRecv(const PlanStep& step, MeshComms& comms, Tensor& local, int ra
     }
   }
   MF_RETURN_IF_ERROR(g.comm->SendRecv(sends, recvs, local.dtype()));
-  Box kept = Intersect(from_box, to_box);
   if (!kept.empty()) {
     CopyRegion(local.raw(), local.shape(), Sub(kept.offset, from_box.offset), out.raw(), out.shape(),
                Sub(kept.offset, to_box.offset), kept.shape, es);
   }
   for (const auto& [i, piece] : unpack) UnpackPiece(temps[i].raw(), piece, out, to_box);
-  local = std::move(out);
+  for (Tensor& t : temps) pool.Give(t.ReleaseBuffer());
+  Replace(pool, local, std::move(out));
   return Status();
 }
 
@@ -291,9 +412,10 @@ Status ExecuteStep(const PlanStep& step, MeshComms& comms, Tensor& local) {
     case StepKind::kAllReduce: return RunAllReduce(step, comms, local);
     case StepKind::kReduceScatter: return RunReduceScatter(step, comms, local, rank);
     case StepKind::kAllToAll: return RunAllToAll(step, comms, local, rank);
-    case StepKind::kLocalSlice: return RunLocalSlice(step, local, rank);
+    case StepKind::kLocalSlice: return RunLocalSlice(step, comms.buffers(), local, rank);
     case StepKind::kLocalPartial: return RunLocalPartial(step, local, rank);
     case StepKind::kSendRecv: return RunSendRecv(step, comms, local, rank);
+    case StepKind::kLocalShardToPartial: return RunLocalShardToPartial(step, comms.buffers(), local, rank);
   }
   return InternalError("unknown step kind");
 }

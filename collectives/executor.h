@@ -5,6 +5,10 @@
 // the step layouts by box arithmetic (see planner/plan.h), so uneven and empty shards are exact:
 // no padding is ever sent. Bytes moved are visible in the backend's byte counters.
 //
+// Step outputs and scratch come from comms.buffers() (collectives/buffer_pool.h), and every buffer
+// a step is done with goes back there, the storage `local` held on entry included: once the pool
+// holds the sizes a plan needs, running it again allocates nothing and touches no new page.
+//
 //   MF_ASSIGN_OR_RETURN(Plan plan, PlanRedistribution(from, to, DType::kF32, Topology()));
 //   MF_RETURN_IF_ERROR(ExecutePlan(plan, comms, local));
 #ifndef MESHFLOW_COLLECTIVES_EXECUTOR_H_

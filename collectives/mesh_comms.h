@@ -5,8 +5,8 @@
 // lazily with Communicator::Split, which is collective over the world, so every rank must ask
 // for groups in the same order; the plan executor does, because every rank runs the same plan.
 //
-//   MeshComms comms(world_comm, mesh);
-//   MF_ASSIGN_OR_RETURN(Communicator* tp, comms.Group({1}));
+//   MF_ASSIGN_OR_RETURN(MeshComms comms, MeshComms::Create(world_comm, mesh));
+//   MF_ASSIGN_OR_RETURN(Communicator* tp, comms.Group(std::vector<int>{1}));
 #ifndef MESHFLOW_COLLECTIVES_MESH_COMMS_H_
 #define MESHFLOW_COLLECTIVES_MESH_COMMS_H_
 
@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "meshflow/base/status.h"
+#include "meshflow/collectives/buffer_pool.h"
 #include "meshflow/collectives/communicator.h"
 #include "meshflow/mesh/device_mesh.h"
 
@@ -37,11 +38,17 @@ class MeshComms {
   // Errors: bad dims (see DeviceMesh::Group).
   StatusOr<Communicator*> Group(std::span<const int> dims);
 
+  // This rank's pool of step buffers (collectives/buffer_pool.h): the plan executor takes its
+  // step outputs and scratch from it and gives back the buffers it is done with, so a repeated
+  // redistribution allocates nothing in steady state. Clear() it to free the memory.
+  BufferPool& buffers() { return buffers_; }
+
  private:
   MeshComms(std::shared_ptr<Communicator> world, DeviceMesh mesh) : world_(std::move(world)), mesh_(std::move(mesh)) {}
   std::shared_ptr<Communicator> world_;
   DeviceMesh mesh_;
   std::map<std::vector<int>, std::shared_ptr<Communicator>> groups_;
+  BufferPool buffers_;
 };
 
 }  // namespace meshflow

@@ -1,5 +1,7 @@
 #include "meshflow/dtensor/tensor.h"
 
+#include <charconv>
+#include <cmath>
 #include <cstring>
 #include <sstream>
 
@@ -17,6 +19,31 @@ Tensor Tensor::Zeros(DType dtype, std::vector<int64_t> shape) {
   t.shape_ = std::move(shape);
   t.bytes_.assign(static_cast<size_t>(t.NumElements() * DTypeSize(dtype)), std::byte{0});
   return t;
+}
+
+Tensor Tensor::Uninitialized(DType dtype, std::vector<int64_t> shape) {
+  Tensor t;
+  t.dtype_ = dtype;
+  t.shape_ = std::move(shape);
+  t.bytes_ = Bytes();  // no 4-byte default to copy over
+  t.bytes_.resize(static_cast<size_t>(t.NumElements() * DTypeSize(dtype)));
+  return t;
+}
+
+Tensor Tensor::Uninitialized(DType dtype, std::vector<int64_t> shape, TensorBuffer reuse) {
+  Tensor t;
+  t.dtype_ = dtype;
+  t.shape_ = std::move(shape);
+  t.bytes_ = std::move(reuse);
+  t.bytes_.resize(static_cast<size_t>(t.NumElements() * DTypeSize(dtype)));  // within capacity: no allocation
+  return t;
+}
+
+TensorBuffer Tensor::ReleaseBuffer() {
+  Bytes out = std::move(bytes_);
+  bytes_ = Bytes();
+  shape_.assign(1, 0);
+  return out;
 }
 
 Tensor Tensor::Iota(DType dtype, std::vector<int64_t> shape) {
@@ -104,7 +131,7 @@ void CopyRegion(const std::byte* src, std::span<const int64_t> src_shape, std::s
 }
 
 Tensor Tensor::Slice(const Box& box) const {
-  Tensor out = Zeros(dtype_, box.shape);
+  Tensor out = Uninitialized(dtype_, box.shape);  // CopyRegion writes every byte
   const std::vector<int64_t> zero(box.shape.size(), 0);
   CopyRegion(raw(), shape_, box.offset, out.raw(), out.shape_, zero, box.shape, DTypeSize(dtype_));
   return out;
@@ -125,6 +152,50 @@ std::string Tensor::ToString() const {
   if (n > 64) os << ", ...";
   os << "}";
   return os.str();
+}
+
+namespace {
+
+template <typename T>
+std::string ShortestChars(T v) {
+  char buf[64];
+  const std::to_chars_result r = std::to_chars(buf, buf + sizeof(buf), v);
+  return std::string(buf, r.ptr);
+}
+
+// The shortest decimal (general format, 1..9 significant digits) that parses as a float which
+// rounds to the bf16 `v`; a float of 9 digits round-trips, so the loop always ends.
+std::string ShortestBFloat16(BFloat16 v) {
+  const float f = static_cast<float>(v);
+  if (!std::isfinite(f)) return ShortestChars(f);
+  char buf[64];
+  for (int precision = 1; precision < 9; ++precision) {
+    const std::to_chars_result r = std::to_chars(buf, buf + sizeof(buf), f, std::chars_format::general, precision);
+    float back = 0;
+    const std::from_chars_result p = std::from_chars(buf, r.ptr, back);
+    if (p.ec == std::errc() && p.ptr == r.ptr && BFloat16(back) == v) return std::string(buf, r.ptr);
+  }
+  return ShortestChars(f);
+}
+
+}  // namespace
+
+std::string FormatElement(const Tensor& t, int64_t flat) {
+  return VisitDType(t.dtype(), [&](auto zero) -> std::string {
+    using T = decltype(zero);
+    const T v = t.data<T>()[static_cast<size_t>(flat)];
+    if constexpr (std::is_same_v<T, BFloat16>) {
+      return ShortestBFloat16(v);
+    } else {
+      return ShortestChars(v);
+    }
+  });
+}
+
+std::string FormatElementJson(const Tensor& t, int64_t flat) {
+  std::string s = FormatElement(t, flat);
+  if (IsFloatDType(t.dtype()) && !std::isfinite(t.GetAsDouble(flat))) return "\"" + s + "\"";
+  return s;
 }
 
 }  // namespace meshflow

@@ -2,17 +2,20 @@
 //
 // The local part of a DTensor. Small and value-semantic (copies copy the bytes).
 //
-//   Tensor t = Tensor::Iota(DType::kF32, {2, 3});      // 0, 1, ..., 5
-//   float x = t.At<float>({1, 2});                     // 5
-//   Tensor block = t.Slice(Box{{0, 1}, {2, 2}});       // columns 1..2
+//   Tensor t = Tensor::Iota(DType::kF32, {2, 3});             // 0, 1, ..., 5
+//   float x = t.At<float>(std::vector<int64_t>{1, 2});        // 5
+//   Tensor block = t.Slice(Box{{0, 1}, {2, 2}});              // columns 1..2
 #ifndef MESHFLOW_DTENSOR_TENSOR_H_
 #define MESHFLOW_DTENSOR_TENSOR_H_
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "meshflow/base/status.h"
@@ -21,11 +24,46 @@
 
 namespace meshflow {
 
+namespace tensor_internal {
+// std::allocator whose value-initialization (vector::resize, vector(n)) leaves elements
+// default-initialized, i.e. uninitialized bytes (Tensor::Uninitialized). Explicit values
+// (vector(n, v), assign) are still written.
+template <typename T>
+struct DefaultInitAllocator : std::allocator<T> {
+  using value_type = T;
+  template <typename U>
+  struct rebind {
+    using other = DefaultInitAllocator<U>;
+  };
+  DefaultInitAllocator() = default;
+  template <typename U>
+  DefaultInitAllocator(const DefaultInitAllocator<U>&) noexcept {}
+  template <typename U>
+  void construct(U* p) noexcept(std::is_nothrow_default_constructible_v<U>) {
+    ::new (static_cast<void*>(p)) U;
+  }
+  template <typename U, typename... Args>
+  void construct(U* p, Args&&... args) {
+    std::construct_at(p, std::forward<Args>(args)...);
+  }
+};
+}  // namespace tensor_internal
+
+// The byte storage of a Tensor. Growing it (resize) leaves the new bytes unspecified; its
+// capacity can pass from one tensor to another (Tensor::ReleaseBuffer, Tensor::Uninitialized), e.g.
+// through a pool (collectives/buffer_pool.h).
+using TensorBuffer = std::vector<std::byte, tensor_internal::DefaultInitAllocator<std::byte>>;
+
 class Tensor {
  public:
   Tensor() = default;  // an f32 scalar (rank 0, one element) holding 0
   // Zero-filled. Precondition: sizes >= 0.
   static Tensor Zeros(DType dtype, std::vector<int64_t> shape);
+  // Contents unspecified: for callers that overwrite every byte (e.g. checkpoint loads), to skip
+  // the zero-fill pass. Precondition: sizes >= 0.
+  static Tensor Uninitialized(DType dtype, std::vector<int64_t> shape);
+  // The same in `reuse`'s memory (no allocation when its capacity suffices).
+  static Tensor Uninitialized(DType dtype, std::vector<int64_t> shape, TensorBuffer reuse);
   // Element i (row-major) holds the value i converted to dtype (bf16 rounds).
   static Tensor Iota(DType dtype, std::vector<int64_t> shape);
   // Errors: a negative size; values.size() != prod(shape).
@@ -68,6 +106,10 @@ class Tensor {
   // Writes `block` into this tensor at `offset`. Precondition: fits, same dtype.
   void Insert(std::span<const int64_t> offset, const Tensor& block);
 
+  // Moves the byte storage out, capacity included (for Uninitialized(..., reuse)); leaves this
+  // tensor empty: same dtype, shape [0], no bytes.
+  TensorBuffer ReleaseBuffer();
+
   // Exact byte equality of dtype, shape and data.
   friend bool operator==(const Tensor& a, const Tensor& b) {
     return a.dtype_ == b.dtype_ && a.shape_ == b.shape_ && a.bytes_ == b.bytes_;
@@ -78,8 +120,21 @@ class Tensor {
  private:
   DType dtype_ = DType::kF32;
   std::vector<int64_t> shape_;
-  std::vector<std::byte> bytes_ = std::vector<std::byte>(4);
+  using Bytes = TensorBuffer;
+  Bytes bytes_ = Bytes(4, std::byte{0});
 };
+
+// Element `flat` (row-major) as exact text, so that printing then parsing gives the same value:
+//   i32, i64   the integer in decimal, every value exactly ("1000001", "9007199254740993").
+//   f32, f64   the shortest decimal that parses back (std::from_chars) to the same bits
+//              ("0.1", "1e+06", "-0", "inf", "-inf", "nan"; a NaN payload is not kept).
+//   bf16       the shortest decimal that, parsed as a float and rounded to bf16 (nearest even),
+//              gives the same bits ("0.1" for the bf16 nearest 0.1).
+// Precondition: 0 <= flat < NumElements().
+std::string FormatElement(const Tensor& t, int64_t flat);
+// FormatElement for a JSON document: the same text for finite values; inf, -inf and nan (which
+// JSON numbers cannot express) as the strings "\"inf\"", "\"-inf\"", "\"nan\"".
+std::string FormatElementJson(const Tensor& t, int64_t flat);
 
 // Copies the region `extent` from src (at src_offset) to dst (at dst_offset); both row-major
 // with the given shapes. Innermost runs are memcpy'd. Precondition: regions fit.

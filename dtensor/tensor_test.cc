@@ -1,6 +1,7 @@
 #include "meshflow/dtensor/tensor.h"
 
 #include <bit>
+#include <charconv>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -44,6 +45,19 @@ TEST(TensorTest, DefaultIsF32ScalarZero) {
   EXPECT_EQ(t.data<float>()[0], 0.0f);
   EXPECT_EQ(t.ToString(), "f32[]{0}");
   EXPECT_EQ(t, Tensor::Zeros(DType::kF32, {}));
+}
+
+TEST(TensorTest, UninitializedHasTheShapeAndSizeAndIsWritable) {
+  for (DType dt : kAllDTypes) {
+    for (const std::vector<int64_t>& shape : {std::vector<int64_t>{}, {0}, {3}, {2, 3}, {2, 0, 4}}) {
+      Tensor t = Tensor::Uninitialized(dt, shape);
+      EXPECT_EQ(t.dtype(), dt);
+      EXPECT_EQ(t.shape(), shape);
+      EXPECT_EQ(t.NumBytes(), Prod(shape) * DTypeSize(dt));
+      if (t.NumBytes() > 0) std::memset(t.raw(), 0, static_cast<size_t>(t.NumBytes()));
+      EXPECT_EQ(t, Tensor::Zeros(dt, shape));
+    }
+  }
 }
 
 TEST(TensorTest, ZerosAllDTypes) {
@@ -301,6 +315,88 @@ TEST(TensorTest, ToString) {
   EXPECT_THAT(big, HasSubstr("62, 63, ...}"));
   EXPECT_THAT(big, ::testing::Not(HasSubstr("64")));
   EXPECT_EQ(Tensor::Iota(DType::kI32, {64}).ToString().find("..."), std::string::npos);
+}
+
+TEST(FormatElementTest, IntegersExactly) {
+  const int64_t big = (int64_t{1} << 53) + 1;  // not a double
+  const Tensor i64 = *Tensor::FromVector<int64_t>(
+      {5}, {1000001, big, std::numeric_limits<int64_t>::max(), std::numeric_limits<int64_t>::lowest(), -7});
+  EXPECT_EQ(FormatElement(i64, 0), "1000001");
+  EXPECT_EQ(FormatElement(i64, 1), "9007199254740993");
+  EXPECT_EQ(FormatElement(i64, 2), "9223372036854775807");
+  EXPECT_EQ(FormatElement(i64, 3), "-9223372036854775808");
+  EXPECT_EQ(FormatElement(i64, 4), "-7");
+  EXPECT_EQ(FormatElementJson(i64, 1), "9007199254740993");
+  const Tensor i32 = *Tensor::FromVector<int32_t>({2}, {std::numeric_limits<int32_t>::lowest(), 16777217});
+  EXPECT_EQ(FormatElement(i32, 0), "-2147483648");
+  EXPECT_EQ(FormatElement(i32, 1), "16777217");
+}
+
+TEST(FormatElementTest, FloatsRoundTrip) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const Tensor f32 = *Tensor::FromVector<float>(
+      {8}, {0.1f, -0.0f, inf, -inf, std::numeric_limits<float>::quiet_NaN(), 1000001.0f, 16777216.0f, 1e-45f});
+  EXPECT_EQ(FormatElement(f32, 0), "0.1");
+  EXPECT_EQ(FormatElement(f32, 1), "-0");
+  EXPECT_EQ(FormatElement(f32, 2), "inf");
+  EXPECT_EQ(FormatElement(f32, 3), "-inf");
+  EXPECT_EQ(FormatElement(f32, 4), "nan");
+  EXPECT_EQ(FormatElement(f32, 5), "1000001");
+  EXPECT_EQ(FormatElementJson(f32, 2), "\"inf\"");
+  EXPECT_EQ(FormatElementJson(f32, 3), "\"-inf\"");
+  EXPECT_EQ(FormatElementJson(f32, 4), "\"nan\"");
+  EXPECT_EQ(FormatElementJson(f32, 1), "-0");
+  for (int64_t i : {0, 1, 2, 3, 5, 6, 7}) {
+    const std::string s = FormatElement(f32, i);
+    float back = 0;
+    const auto r = std::from_chars(s.data(), s.data() + s.size(), back);
+    ASSERT_EQ(r.ec, std::errc()) << s;
+    EXPECT_EQ(std::bit_cast<uint32_t>(back), std::bit_cast<uint32_t>(f32.data<float>()[i])) << s;
+  }
+  const Tensor f64 = *Tensor::FromVector<double>({3}, {0.1, 1.0 / 3.0, 9007199254740993.0});
+  EXPECT_EQ(FormatElement(f64, 0), "0.1");
+  EXPECT_EQ(FormatElement(f64, 1), "0.3333333333333333");
+  // Random bit patterns of f32 and f64 round-trip bit for bit (NaNs aside).
+  std::mt19937_64 rng(7);
+  for (int k = 0; k < 2000; ++k) {
+    const float f = std::bit_cast<float>(static_cast<uint32_t>(rng()));
+    const double d = std::bit_cast<double>(static_cast<uint64_t>(rng()));
+    if (std::isnan(f) || std::isnan(d)) continue;
+    const Tensor tf = *Tensor::FromVector<float>({1}, {f});
+    const Tensor td = *Tensor::FromVector<double>({1}, {d});
+    const std::string sf = FormatElement(tf, 0), sd = FormatElement(td, 0);
+    float bf = 0;
+    double bd = 0;
+    std::from_chars(sf.data(), sf.data() + sf.size(), bf);
+    std::from_chars(sd.data(), sd.data() + sd.size(), bd);
+    EXPECT_EQ(std::bit_cast<uint32_t>(bf), std::bit_cast<uint32_t>(f)) << sf;
+    EXPECT_EQ(std::bit_cast<uint64_t>(bd), std::bit_cast<uint64_t>(d)) << sd;
+  }
+}
+
+TEST(FormatElementTest, BFloat16ShortestThatRoundTrips) {
+  Tensor t = Tensor::Zeros(DType::kBF16, {1});
+  auto format = [&](float f) {
+    t.data<BFloat16>()[0] = BFloat16(f);
+    return FormatElement(t, 0);
+  };
+  EXPECT_EQ(format(0.1f), "0.1");
+  EXPECT_EQ(format(-0.0f), "-0");
+  EXPECT_EQ(format(257.0f), "256");  // bf16 holds 256 and 258, 257 rounds to even
+  EXPECT_EQ(format(3.0f), "3");
+  EXPECT_EQ(format(-std::numeric_limits<float>::infinity()), "-inf");
+  // Every finite bf16 round-trips through float parsing.
+  for (uint32_t bits = 0; bits < 0x10000; ++bits) {
+    BFloat16 v;
+    v.bits = static_cast<uint16_t>(bits);
+    if (std::isnan(static_cast<float>(v))) continue;
+    t.data<BFloat16>()[0] = v;
+    const std::string s = FormatElement(t, 0);
+    float back = 0;
+    const auto r = std::from_chars(s.data(), s.data() + s.size(), back);
+    ASSERT_EQ(r.ec, std::errc()) << s;
+    ASSERT_EQ(BFloat16(back).bits, v.bits) << s;
+  }
 }
 
 }  // namespace

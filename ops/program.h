@@ -100,7 +100,8 @@ struct Program {
 
 StatusOr<Program> Compile(const Graph& graph, const PropagationOptions& options = {});
 
-// Whole-program totals. Local plan steps (local_slice, local_partial) are not collectives.
+// Whole-program totals. Local plan steps (local_slice, local_partial, local_shard_to_partial) are not
+// collectives.
 struct CostReport {
   int ops = 0;
   int redistributions = 0;

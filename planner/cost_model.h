@@ -18,7 +18,7 @@
 //   reduce_scatter  (g-1)*alpha + (g-1)/g * B/bw     B = full input (source box)
 //   all_reduce     2(g-1)*alpha + 2(g-1)/g * B/bw    B = the buffer (source box)
 //   all_to_all      (g-1)*alpha + (g-1)/g * B/bw     B = max(source box, target box)
-//   local_slice, local_partial: 0
+//   local_slice, local_partial, local_shard_to_partial: 0
 //   send_recv (direct): per rank, incoming = sum over its incoming transfers of
 //       alpha(path) + bytes/bw(path), path = the mesh dims on which source and destination
 //       coordinates differ; outgoing likewise over its sends; step time = max over ranks of

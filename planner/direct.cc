@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
+#include <utility>
 
 namespace meshflow {
 
@@ -51,9 +53,30 @@ StatusOr<std::vector<Transfer>> DirectTransfers(const Layout& from, const Layout
 std::vector<int64_t> LowerBoundElementsPerRank(const Layout& from, const Layout& to) {
   const std::vector<Box> src = from.AllLocalBoxes();
   const std::vector<Box> dst = to.AllLocalBoxes();
-  std::vector<int64_t> out(src.size());
+  const DeviceMesh& mesh = from.mesh();
+  std::vector<int> partial_dims;
+  for (int m = 0; m < to.mesh().ndim(); ++m) {
+    if (IsPartial(to.placement(m))) partial_dims.push_back(m);
+  }
+  std::vector<int64_t> out(src.size(), -1);
   for (size_t r = 0; r < src.size(); ++r) {
-    out[r] = dst[r].NumElements() - Intersect(src[r], dst[r]).NumElements();
+    if (out[r] >= 0) continue;  // filled with its group
+    std::vector<size_t> group{r};
+    if (!partial_dims.empty()) {
+      group.clear();
+      // ranks()[r] is in the mesh and partial_dims are valid mesh dims: Group cannot fail.
+      const std::vector<int> members = mesh.Group(mesh.ranks()[r], partial_dims).value();
+      for (int q : members) group.push_back(static_cast<size_t>(mesh.IndexOf(q).value()));
+    }
+    std::set<std::pair<std::vector<int64_t>, std::vector<int64_t>>> seen;
+    int64_t held = 0;
+    for (size_t q : group) {
+      if (!seen.emplace(src[q].offset, src[q].shape).second) continue;
+      held += Intersect(src[q], dst[r]).NumElements();
+    }
+    const int64_t missing = dst[r].NumElements() - held;
+    const int64_t g = static_cast<int64_t>(group.size());
+    for (size_t q : group) out[q] = (missing + g - 1) / g;
   }
   return out;
 }

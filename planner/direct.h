@@ -5,7 +5,8 @@
 // destination rank r needs Intersect(block, to_box(r)) of every block it does not already hold;
 // it receives it from exactly one holder: holders[r_index % holders.size()] (r_index = r's
 // position in mesh().ranks()), which spreads the load over replicas. Every rank therefore
-// receives exactly its lower bound: the elements of its target box not in its source box.
+// receives exactly the elements of its target box not in its source box: the lower bound below
+// when the target has no Partial dims.
 //
 // Only for Partial-free sources (a Partial source needs a reduction first).
 #ifndef MESHFLOW_PLANNER_DIRECT_H_
@@ -31,8 +32,22 @@ struct Transfer {
 // or shapes; a Partial source.
 StatusOr<std::vector<Transfer>> DirectTransfers(const Layout& from, const Layout& to);
 
-// Per rank (mesh().ranks() order): elements of the target box not in the source box. This is the
-// least any plan can make that rank receive, for Partial-free sources.
+// Per rank r (mesh().ranks() order), for a Partial-free source:
+//
+//   G(r) = r's group over the target's Partial mesh dims ({r} when the target has none),
+//   T    = r's target box (the same for every member of G(r): Partial dims do not cut boxes),
+//   D    = |T| - |T ∩ (union over q in G(r) of from_box(q))|   (elements of T no member holds),
+//   entry = ceil(D / |G(r)|).
+//
+// Why: a Partial(op) value may be split over G(r) in any way (any member may hold the identity,
+// e.g. S(0) -> P(sum) keeps each shard in place with zeros elsewhere: D = 0, nothing moves), so
+// no single member must receive anything in particular; but the members together must receive
+// the D elements of T that none of them holds, so the busiest member receives >= ceil(D/|G|).
+// Without Partial target dims (|G| = 1) the entry is exactly the elements of r's target box not
+// in its source box, the least any plan can make r itself receive. With Partial target dims an
+// entry bounds the busiest member of G(r), not each member; the max over ranks (the plan's
+// lower_bound_bytes_per_rank, planner/plan.h) bounds the busiest rank of any plan.
+// (Source boxes are identical or disjoint, so the union is the sum over distinct member boxes.)
 std::vector<int64_t> LowerBoundElementsPerRank(const Layout& from, const Layout& to);
 
 }  // namespace meshflow

@@ -11,6 +11,7 @@ std::string_view StepKindName(StepKind kind) {
     case StepKind::kLocalSlice: return "local_slice";
     case StepKind::kLocalPartial: return "local_partial";
     case StepKind::kSendRecv: return "send_recv";
+    case StepKind::kLocalShardToPartial: return "local_shard_to_partial";
   }
   return "?";
 }

@@ -12,6 +12,9 @@
 //                                                Intersect(from box of q, to box of p)
 //   local_slice     (no communication)           R -> S: keep Intersect(from box, to box)
 //   local_partial   (no communication)           R -> P: sum keeps coordinate 0, zeros elsewhere
+//   local_shard_to_partial (no communication)    S -> P(sum|max|min): the box grows to the
+//                                                all_gather target box; own shard in place, the
+//                                                identity of op elsewhere (planner/transforms.h)
 //   send_recv       all mesh dims                direct: see planner/direct.h
 //
 // A step may change several mesh dims at once (one collective over their flattened group); the
@@ -30,18 +33,31 @@
 
 namespace meshflow {
 
-enum class StepKind { kAllGather, kReduceScatter, kAllReduce, kAllToAll, kLocalSlice, kLocalPartial, kSendRecv };
+enum class StepKind {
+  kAllGather,
+  kReduceScatter,
+  kAllReduce,
+  kAllToAll,
+  kLocalSlice,
+  kLocalPartial,
+  kSendRecv,
+  kLocalShardToPartial,
+};
 
 // "all_gather", "reduce_scatter", "all_reduce", "all_to_all", "local_slice", "local_partial",
-// "send_recv".
+// "send_recv", "local_shard_to_partial".
 std::string_view StepKindName(StepKind kind);
-// True for the steps that need no communication (local slice, local partial).
-constexpr bool IsLocalStep(StepKind kind) { return kind == StepKind::kLocalSlice || kind == StepKind::kLocalPartial; }
+// True for the steps that need no communication (local slice, local partial, local shard to
+// partial).
+constexpr bool IsLocalStep(StepKind kind) {
+  return kind == StepKind::kLocalSlice || kind == StepKind::kLocalPartial || kind == StepKind::kLocalShardToPartial;
+}
 
 struct PlanStep {
   StepKind kind;
   std::vector<int> mesh_dims;  // the group (see above)
-  int tensor_dim = -1;         // dim gathered / scattered / sliced; all_to_all: source shard dim
+  int tensor_dim = -1;         // dim gathered / scattered / sliced; all_to_all: source shard dim;
+                               // local_shard_to_partial: as all_gather
   int dst_tensor_dim = -1;     // all_to_all: target shard dim; -1 otherwise
   Layout from;
   Layout to;
@@ -59,8 +75,9 @@ struct Plan {
   // Modelled payload bytes each rank receives over the whole plan, in mesh().ranks() order.
   std::vector<int64_t> bytes_received_per_rank;
   int64_t max_bytes_received_per_rank = 0;
-  // Max over ranks of the lower bound (bytes of the target box not in the source box); absent
-  // when the source has Partial placements.
+  // Max over ranks of LowerBoundElementsPerRank (planner/direct.h) in bytes: for Partial-free
+  // targets the bytes of the target box not in the source box; absent when the source has Partial
+  // placements.
   std::optional<int64_t> lower_bound_bytes_per_rank;
 };
 

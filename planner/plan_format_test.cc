@@ -184,6 +184,20 @@ TEST(PlanFormatTest, Text) {
   EXPECT_NE(PlanToText(*partial).find("lower bound n/a"), std::string::npos);
 }
 
+TEST(PlanFormatTest, LocalShardToPartialName) {
+  const DeviceMesh m = MakeMesh({4});
+  StatusOr<Plan> plan = PlanRedistribution(MakeLayout({1024, 256}, m, "S(0)"), MakeLayout({1024, 256}, m, "P(sum)"),
+                                           DType::kF32, Topology());
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(PlanToJson(*plan),
+            "{\"steps\":[{\"kind\":\"local_shard_to_partial\",\"mesh_dims\":[0],\"tensor_dim\":0,"
+            "\"bytes_per_rank\":0}],\"modelled_us\":0,\"max_bytes_received_per_rank\":0,"
+            "\"lower_bound_bytes_per_rank\":0,\"planner\":\"optimal\"}");
+  const std::string text = PlanToText(*plan);
+  EXPECT_NE(text.find("1. local_shard_to_partial mesh_dims=[0]"), std::string::npos) << text;
+  EXPECT_NE(text.find("lower bound 0, ratio 1.00"), std::string::npos) << text;
+}
+
 TEST(PlanFormatTest, DrawTwoD) {
   const DeviceMesh m = MakeMesh({2, 2});
   // Compared whole: the picture is the contract (like DTensor's visualize_sharding).

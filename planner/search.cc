@@ -67,6 +67,20 @@ std::vector<int> StateKey(const Layout& l) {
   return key;
 }
 
+// True when, per tensor dim, the mesh dims of `set` sharding it are the innermost suffix of its
+// shard order (the all_gather rule).
+bool InnermostPerTensorDim(const Layout& state, const std::vector<int>& set) {
+  for (int t = 0; t < state.tensor_rank(); ++t) {
+    const std::vector<int>& o = state.shard_order()[t];
+    size_t k = 0;
+    for (int m : set) k += std::count(o.begin(), o.end(), m);
+    for (size_t i = o.size() - k; i < o.size(); ++i) {
+      if (std::find(set.begin(), set.end(), o[i]) == set.end()) return false;
+    }
+  }
+  return true;
+}
+
 // Path cost: (picoseconds, sum of step bytes_per_rank, steps).
 using PathCost = std::tuple<int64_t, int64_t, int64_t>;
 
@@ -96,13 +110,14 @@ StatusOr<std::vector<PlanStep>> Successors(const Layout& state, const Layout& ta
   std::vector<PlanStep> out;
   const int nd = state.mesh().ndim();
   const int tr = state.tensor_rank();
-  std::vector<int> shard_dims, rep_dims, partial_dims, lp_dims;
+  std::vector<int> shard_dims, rep_dims, partial_dims, lp_dims, sp_dims;
   for (int m = 0; m < nd; ++m) {
     const Placement& p = state.placement(m);
     if (IsShard(p)) shard_dims.push_back(m);
     if (IsReplicate(p)) rep_dims.push_back(m);
     if (IsPartial(p)) partial_dims.push_back(m);
     if (IsReplicate(p) && IsPartial(target.placement(m))) lp_dims.push_back(m);
+    if (IsShard(p) && IsPartial(target.placement(m))) sp_dims.push_back(m);
   }
   auto add = [&](StatusOr<PlanStep> s) -> Status {
     if (!s.ok()) return InternalError("planner edge rejected by its own rule: " + s.status().ToString());
@@ -111,16 +126,7 @@ StatusOr<std::vector<PlanStep>> Successors(const Layout& state, const Layout& ta
   };
   // all_gather: sets whose dims per tensor dim form an innermost suffix.
   for (const std::vector<int>& set : Subsets(shard_dims)) {
-    bool ok = true;
-    for (int t = 0; t < tr && ok; ++t) {
-      const std::vector<int>& o = state.shard_order()[t];
-      size_t k = 0;
-      for (int m : set) k += std::count(o.begin(), o.end(), m);
-      for (size_t i = o.size() - k; i < o.size(); ++i) {
-        if (std::find(set.begin(), set.end(), o[i]) == set.end()) ok = false;
-      }
-    }
-    if (ok) MF_RETURN_IF_ERROR(add(AllGatherStep(state, set)));
+    if (InnermostPerTensorDim(state, set)) MF_RETURN_IF_ERROR(add(AllGatherStep(state, set)));
   }
   // all_reduce.
   for (const std::vector<int>& set : Subsets(partial_dims)) MF_RETURN_IF_ERROR(add(AllReduceStep(state, set)));
@@ -150,6 +156,13 @@ StatusOr<std::vector<PlanStep>> Successors(const Layout& state, const Layout& ta
   // local_partial (only towards a Partial target).
   if (const std::optional<ReduceOp> op = target.partial_op()) {
     for (const std::vector<int>& set : Subsets(lp_dims)) MF_RETURN_IF_ERROR(add(LocalPartialStep(state, set, *op)));
+  }
+  // local_shard_to_partial (only towards a Partial(sum|max|min) target): sets of Shard dims on
+  // which the target is Partial, innermost per tensor dim (the all_gather rule).
+  if (const std::optional<ReduceOp> op = target.partial_op(); op && *op != ReduceOp::kAvg) {
+    for (const std::vector<int>& set : Subsets(sp_dims)) {
+      if (InnermostPerTensorDim(state, set)) MF_RETURN_IF_ERROR(add(LocalShardToPartialStep(state, set, *op)));
+    }
   }
   // send_recv straight to the (Partial-free) target.
   if (!state.HasPartial()) {

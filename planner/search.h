@@ -11,6 +11,9 @@
 //   local_slice     every ordered set of Replicate dims, to every tensor dim
 //   local_partial   every set of Replicate dims on which the target is Partial(op) (only when the
 //                   target has Partial)
+//   local_shard_to_partial
+//                   every set of Shard dims on which the target is Partial(sum|max|min), innermost
+//                   per tensor dim (only when the target has Partial, never for avg)
 //   send_recv       from every Partial-free state to the target with its Partial dims replaced
 //                   by Replicate (then local_partial finishes a Partial target)
 // Edge weights are the cost model's step times (cost_model.h). Paths compare by (modelled time

@@ -75,13 +75,63 @@ TEST(SearchTest, SimpleCasesUseTheObviousCollective) {
   }
 }
 
-TEST(SearchTest, PartialTargetGoesThroughReplicate) {
+TEST(SearchTest, PartialAvgTargetGoesThroughReplicate) {
+  // avg has no identity, so Shard -> Partial(avg) is no local edge: gather, then local_partial.
+  // (Before local_shard_to_partial existed, P(sum) went this way too; see the next test.)
   const DeviceMesh m22 = MakeMesh({2, 2});
-  StatusOr<Plan> plan = PlanRedistribution(MakeLayout({8, 8}, m22, "S(0),S(1)"), MakeLayout({8, 8}, m22, "P,S(1)"),
-                                           DType::kF32, Topology());
+  StatusOr<Plan> plan = PlanRedistribution(MakeLayout({8, 8}, m22, "S(0),S(1)"),
+                                           MakeLayout({8, 8}, m22, "P(avg),S(1)"), DType::kF32, Topology());
   ASSERT_TRUE(plan.ok()) << plan.status();
   ASSERT_TRUE(CheckPlan(*plan).ok()) << CheckPlan(*plan) << PlanToText(*plan);
   EXPECT_EQ(plan->steps.back().kind, StepKind::kLocalPartial);
+  EXPECT_GT(plan->max_bytes_received_per_rank, 0);
+  for (const PlanStep& s : plan->steps) EXPECT_NE(s.kind, StepKind::kLocalShardToPartial) << PlanToText(*plan);
+}
+
+TEST(SearchTest, ShardToPartialIsOneLocalStep) {
+  struct Case {
+    std::vector<int64_t> mesh;
+    std::vector<int64_t> shape;
+    const char* from;
+    const char* to;
+  };
+  for (const Case& c : {Case{{4}, {1024, 256}, "S(0)", "P(sum)"}, Case{{4}, {1024, 256}, "S(0)", "P(max)"},
+                        Case{{3}, {7, 5}, "S(1)", "P(min)"}, Case{{2, 2}, {8, 8}, "S(0),S(1)", "P,S(1)"},
+                        Case{{2, 2}, {8, 8}, "S(0),S(1)", "P(max),P(max)"},
+                        Case{{2, 2}, {3, 2}, "S(0),S(0)", "S(0),P(min)"},
+                        Case{{2, 2}, {8, 8}, "S(0),P(sum)", "P(sum),P(sum)"}}) {
+    SCOPED_TRACE(std::string(c.from) + " -> " + c.to);
+    const DeviceMesh mesh = MakeMesh(c.mesh);
+    for (DType dtype : {DType::kF32, DType::kI32, DType::kI64}) {
+      StatusOr<Plan> plan =
+          PlanRedistribution(MakeLayout(c.shape, mesh, c.from), MakeLayout(c.shape, mesh, c.to), dtype, Topology());
+      ASSERT_TRUE(plan.ok()) << plan.status();
+      ASSERT_TRUE(CheckPlan(*plan).ok()) << CheckPlan(*plan) << PlanToText(*plan);
+      ASSERT_EQ(plan->steps.size(), 1u) << PlanToText(*plan);
+      EXPECT_EQ(plan->steps[0].kind, StepKind::kLocalShardToPartial);
+      EXPECT_EQ(plan->max_bytes_received_per_rank, 0);
+      EXPECT_EQ(plan->modelled_us, 0);
+      if (!plan->from.HasPartial()) {
+        EXPECT_EQ(plan->lower_bound_bytes_per_rank, std::optional<int64_t>(0));
+      }
+    }
+  }
+}
+
+TEST(SearchTest, ShardToPartialNeedsInnermostDims) {
+  // Mesh dim 0 is the outer of tensor dim 0's order: its group's shards do not tile a box, so it
+  // is no local edge; the plan must first gather the inner dim.
+  const DeviceMesh m22 = MakeMesh({2, 2});
+  const Layout from = MakeLayout({8, 4}, m22, "S(0),S(0)");
+  const Layout to = MakeLayout({8, 4}, m22, "P,S(0)");
+  StatusOr<Plan> plan = PlanRedistribution(from, to, DType::kF32, Topology());
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_TRUE(CheckPlan(*plan).ok()) << CheckPlan(*plan) << PlanToText(*plan);
+  EXPECT_GT(plan->max_bytes_received_per_rank, 0) << PlanToText(*plan);
+  // Lower bound: the group over mesh dim 0 at j = 0 holds rows 0,1 and 4,5; its target box is
+  // rows 0..3 (4x4): 8 of 16 elements missing, 2 members: 4 elements (16 bytes) each.
+  EXPECT_EQ(plan->lower_bound_bytes_per_rank, std::optional<int64_t>(16));
+  EXPECT_GE(plan->max_bytes_received_per_rank, 16);
 }
 
 struct DoneCase {
@@ -281,7 +331,13 @@ TEST(SearchTest, DirectPlan) {
   EXPECT_EQ(plan->steps[0].kind, StepKind::kSendRecv);
   EXPECT_EQ(plan->steps[1].kind, StepKind::kLocalPartial);
   EXPECT_TRUE(CheckPlan(*plan).ok()) << CheckPlan(*plan);
-  EXPECT_EQ(plan->max_bytes_received_per_rank, *plan->lower_bound_bytes_per_rank);
+  // Every rank receives its whole target box less its source box: 8x4 columns less the 4x4 it
+  // holds when its column chunk is its own: 32 f32 = 128 bytes for the busiest.
+  EXPECT_EQ(plan->max_bytes_received_per_rank, 128);
+  // The lower bound knows that the P group over mesh dim 1 may split the value: the group holds
+  // 16 of the 32 elements of its 8x4 target box, so its 2 members need >= 8 elements (32 bytes)
+  // each, not 32 (direct does not split; it meets the bound only for Partial-free targets).
+  EXPECT_EQ(plan->lower_bound_bytes_per_rank, std::optional<int64_t>(32));
 }
 
 }  // namespace

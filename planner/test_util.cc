@@ -74,6 +74,9 @@ Status CheckStepElements(const PlanStep& step) {
       case StepKind::kAllToAll: ok = IsShard(a) && IsShard(b) && !(a == b); break;
       case StepKind::kLocalSlice: ok = IsReplicate(a) && IsShard(b); break;
       case StepKind::kLocalPartial: ok = IsReplicate(a) && IsPartial(b); break;
+      case StepKind::kLocalShardToPartial:
+        ok = IsShard(a) && IsPartial(b) && std::get<Partial>(b).op != ReduceOp::kAvg;
+        break;
       case StepKind::kSendRecv: ok = true; break;
     }
     if (!ok) return InternalError(name + ": wrong placements on mesh dim " + std::to_string(m));
@@ -95,6 +98,7 @@ Status CheckStepElements(const PlanStep& step) {
       bool ok = true;
       switch (step.kind) {
         case StepKind::kAllGather:
+        case StepKind::kLocalShardToPartial:
         case StepKind::kAllToAll: ok = holders == 1; break;
         case StepKind::kReduceScatter: ok = holders == static_cast<int>(members.size()); break;
         case StepKind::kAllReduce:
@@ -116,7 +120,7 @@ Status CheckStepElements(const PlanStep& step) {
         if (step.kind == StepKind::kAllReduce && !(b == fb)) return InternalError(name + ": uneven all_reduce");
       }
     }
-    if (step.kind == StepKind::kAllGather) {
+    if (step.kind == StepKind::kAllGather || step.kind == StepKind::kLocalShardToPartial) {
       for (const Box& b : members) {
         if (!b.empty() && !(Intersect(b, tb) == b)) return InternalError(name + ": member block outside target");
       }

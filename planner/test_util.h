@@ -19,8 +19,9 @@ Layout MakeLayout(std::vector<int64_t> shape, const DeviceMesh& mesh, const std:
                   const std::string& order = "");
 
 // Element-level check of one step: for every rank, every element of its `to` box can be produced
-// by the step's collective from its group's `from` boxes (all_gather / all_to_all: each element
-// held by exactly one group member; reduce_scatter: held by every member; all_reduce: identical
+// by the step's collective from its group's `from` boxes (all_gather / all_to_all /
+// local_shard_to_partial: each element held by exactly one group member, and never Partial(avg) for
+// the latter; reduce_scatter: held by every member; all_reduce: identical
 // member boxes; local steps: inside the own box; send_recv: Partial-free). Mesh dims outside the
 // step keep their placements.
 Status CheckStepElements(const PlanStep& step);

@@ -55,18 +55,16 @@ StatusOr<PlanStep> Finish(StepKind kind, const Layout& from, std::vector<int> di
 
 bool SameKindPlacement(const Placement& a, const Placement& b) { return a == b; }
 
-}  // namespace
-
-StatusOr<PlanStep> AllGatherStep(const Layout& from, std::vector<int> mesh_dims) {
-  const StepKind kind = StepKind::kAllGather;
-  MF_RETURN_IF_ERROR(CheckMeshDims(from, kind, mesh_dims));
-  Placements ps = from.placements();
-  ShardOrder order = from.shard_order();
-  int single_dim = -2;
+// The shared rule of all_gather and local_shard_to_partial: every m in `mesh_dims` is Shard and,
+// per tensor dim, the dims of M sharding it are the innermost suffix of its order. Removes them
+// from `order`; *single_dim = the one tensor dim M shards, or -1 when it shards several.
+Status RemoveInnermostShards(const Layout& from, StepKind kind, const std::vector<int>& mesh_dims, ShardOrder& order,
+                             int* single_dim) {
+  *single_dim = -2;
   for (int m : mesh_dims) {
-    if (!IsShard(ps[m])) return BadPlacement(kind, mesh_dims, m, from, "Shard");
-    const int t = std::get<Shard>(ps[m]).dim;
-    single_dim = single_dim == -2 || single_dim == t ? t : -1;
+    if (!IsShard(from.placement(m))) return BadPlacement(kind, mesh_dims, m, from, "Shard");
+    const int t = std::get<Shard>(from.placement(m)).dim;
+    *single_dim = *single_dim == -2 || *single_dim == t ? t : -1;
   }
   for (int t = 0; t < from.tensor_rank(); ++t) {
     std::vector<int>& o = order[t];
@@ -74,13 +72,27 @@ StatusOr<PlanStep> AllGatherStep(const Layout& from, std::vector<int> mesh_dims)
     for (int m : mesh_dims) k += std::count(o.begin(), o.end(), m);
     for (size_t i = o.size() - k; i < o.size(); ++i) {
       if (std::find(mesh_dims.begin(), mesh_dims.end(), o[i]) == mesh_dims.end()) {
-        return InvalidArgumentError(What(kind, mesh_dims) + ": the gathered mesh dims of tensor dim " +
-                                    std::to_string(t) + " are not the innermost of its shard order " +
-                                    DimsString(o) + " (layout " + from.PlacementsString() + ")");
+        return InvalidArgumentError(What(kind, mesh_dims) + ": the " +
+                                    (kind == StepKind::kAllGather ? "gathered" : "changed") +
+                                    " mesh dims of tensor dim " + std::to_string(t) +
+                                    " are not the innermost of its shard order " + DimsString(o) + " (layout " +
+                                    from.PlacementsString() + ")");
       }
     }
     o.resize(o.size() - k);
   }
+  return Status();
+}
+
+}  // namespace
+
+StatusOr<PlanStep> AllGatherStep(const Layout& from, std::vector<int> mesh_dims) {
+  const StepKind kind = StepKind::kAllGather;
+  MF_RETURN_IF_ERROR(CheckMeshDims(from, kind, mesh_dims));
+  Placements ps = from.placements();
+  ShardOrder order = from.shard_order();
+  int single_dim = -1;
+  MF_RETURN_IF_ERROR(RemoveInnermostShards(from, kind, mesh_dims, order, &single_dim));
   for (int m : mesh_dims) ps[m] = Replicate{};
   std::sort(mesh_dims.begin(), mesh_dims.end());
   return Finish(kind, from, std::move(mesh_dims), std::move(ps), std::move(order), single_dim, -1);
@@ -174,6 +186,29 @@ StatusOr<PlanStep> LocalPartialStep(const Layout& from, std::vector<int> mesh_di
   return Finish(kind, from, std::move(mesh_dims), std::move(ps), from.shard_order(), -1, -1);
 }
 
+StatusOr<PlanStep> LocalShardToPartialStep(const Layout& from, std::vector<int> mesh_dims, ReduceOp op) {
+  const StepKind kind = StepKind::kLocalShardToPartial;
+  MF_RETURN_IF_ERROR(CheckMeshDims(from, kind, mesh_dims));
+  if (op == ReduceOp::kAvg) {
+    // avg has no identity: the group's mean of (own shard, filler) is not the value. Scaling the
+    // shard by the group size and filling with 0 is exact neither for integers (overflow) nor
+    // for floats (x*3/3 rounds), so avg targets gather (all_gather + local_partial) instead.
+    return InvalidArgumentError(What(kind, mesh_dims) + ": Shard -> Partial(avg) has no exact local form (avg has no "
+                                "identity element); gather first (layout " + from.PlacementsString() + ")");
+  }
+  if (const auto have = from.partial_op(); have && *have != op) {
+    return InvalidArgumentError(What(kind, mesh_dims) + ": cannot add Partial(" + std::string(ReduceOpName(op)) +
+                                ") to a layout already Partial(" + std::string(ReduceOpName(*have)) + ")");
+  }
+  Placements ps = from.placements();
+  ShardOrder order = from.shard_order();
+  int single_dim = -1;
+  MF_RETURN_IF_ERROR(RemoveInnermostShards(from, kind, mesh_dims, order, &single_dim));
+  for (int m : mesh_dims) ps[m] = Partial{op};
+  std::sort(mesh_dims.begin(), mesh_dims.end());
+  return Finish(kind, from, std::move(mesh_dims), std::move(ps), std::move(order), single_dim, -1);
+}
+
 StatusOr<PlanStep> SendRecvStep(const Layout& from, const Layout& to) {
   if (!(from.mesh() == to.mesh()) || from.global_shape() != to.global_shape()) {
     return InvalidArgumentError("send_recv needs the same mesh and shape: " + from.ToString() + " vs " +
@@ -204,6 +239,12 @@ Status ValidateStep(const PlanStep& step) {
       const std::optional<ReduceOp> op = step.to.partial_op();
       if (!op) return InvalidArgumentError(name + ": target has no Partial");
       rebuilt = LocalPartialStep(step.from, step.mesh_dims, *op);
+      break;
+    }
+    case StepKind::kLocalShardToPartial: {
+      const std::optional<ReduceOp> op = step.to.partial_op();
+      if (!op) return InvalidArgumentError(name + ": target has no Partial");
+      rebuilt = LocalShardToPartialStep(step.from, step.mesh_dims, *op);
       break;
     }
     case StepKind::kSendRecv: {
@@ -278,7 +319,15 @@ Status CheckStepBoxes(const PlanStep& step) {
   };
   switch (step.kind) {
     case StepKind::kAllGather:
-      if (!all_dims(is_s, is_r)) return InvalidArgumentError(name + ": all_gather needs S -> R on its mesh dims");
+    case StepKind::kLocalShardToPartial:
+      if (step.kind == StepKind::kAllGather && !all_dims(is_s, is_r)) {
+        return InvalidArgumentError(name + ": all_gather needs S -> R on its mesh dims");
+      }
+      if (step.kind == StepKind::kLocalShardToPartial && !all_dims(is_s, is_p)) {
+        return InvalidArgumentError(name + ": local_shard_to_partial needs S -> P on its mesh dims");
+      }
+      // local_shard_to_partial: the group's shards tile the new box, so the reduction over the
+      // group of (own shard, identity elsewhere) is the gathered value.
       for (size_t i = 0; i < fb.size(); ++i) {
         MF_ASSIGN_OR_RETURN(std::vector<size_t> g, group_of(i));
         std::vector<const Box*> parts;

@@ -17,6 +17,17 @@
 //                   M (in the order given) becomes the innermost suffix of j's order.
 //   local_partial   R -> P(op). Every m in M is Replicate. op must agree with any Partial already
 //                   in the layout.
+//   local_shard_to_partial
+//                   S -> P(op), op in {sum, max, min}. The all_gather rule (every m in M is
+//                   Shard; per tensor dim, the dims of M sharding it are the innermost suffix of
+//                   its order; they leave the order), with Partial(op) instead of Replicate; op
+//                   must agree with any Partial already in the layout. Each rank's box becomes its
+//                   all_gather target box, holding its own shard in place and the identity of op
+//                   elsewhere (sum: 0, -0.0 for floats; max: the lowest value, -inf for floats;
+//                   min: the highest, +inf): the group's shards tile that box, so the reduction
+//                   over the group is exact. Not for avg (no identity; see LocalShardToPartialStep).
+//                   A non-innermost M (e.g. mesh dim 0 of S(0),S(0) in default order) is refused:
+//                   the group's shards would not tile any box.
 //   send_recv       any Partial-free layout -> any Partial-free layout on the same mesh and shape
 //                   (planner/direct.h); M = all mesh dims.
 //
@@ -49,6 +60,9 @@ StatusOr<PlanStep> ReduceScatterStep(const Layout& from, std::vector<int> mesh_d
 StatusOr<PlanStep> AllToAllStep(const Layout& from, std::vector<int> mesh_dims, int src_tensor_dim,
                                 int dst_tensor_dim);
 StatusOr<PlanStep> LocalPartialStep(const Layout& from, std::vector<int> mesh_dims, ReduceOp op);
+// Errors: as all_gather's; op is avg (no identity, so no exact local form); op differs from the
+// layout's Partial op.
+StatusOr<PlanStep> LocalShardToPartialStep(const Layout& from, std::vector<int> mesh_dims, ReduceOp op);
 // Errors: different mesh or shape; a Partial source or target.
 StatusOr<PlanStep> SendRecvStep(const Layout& from, const Layout& to);
 

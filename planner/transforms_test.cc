@@ -99,6 +99,56 @@ TEST_F(TransformsTest, LocalPartial) {
   ExpectBad(LocalPartialStep(a, {1}, ReduceOp::kAvg), "needs Replicate");
 }
 
+TEST_F(TransformsTest, LocalShardToPartialFollowsTheAllGatherRule) {
+  const Layout a = MakeLayout({5, 7}, m22_, "S(0),S(0)");
+  StatusOr<PlanStep> s = LocalShardToPartialStep(a, {1}, ReduceOp::kSum);
+  ExpectGood(s, MakeLayout({5, 7}, m22_, "S(0),P(sum)"));
+  EXPECT_EQ(s->kind, StepKind::kLocalShardToPartial);
+  EXPECT_EQ(s->tensor_dim, 0);
+  // Nested sharding: the outer mesh dim's group does not tile a box.
+  ExpectBad(LocalShardToPartialStep(a, {0}, ReduceOp::kMax), "innermost");
+  ExpectGood(LocalShardToPartialStep(a, {1, 0}, ReduceOp::kMax), MakeLayout({5, 7}, m22_, "P(max),P(max)"));
+  // Explicit order: mesh dim 0 is the innermost.
+  const Layout b = MakeLayout({5, 7}, m22_, "S(0),S(0)", "0:[1,0]");
+  ExpectGood(LocalShardToPartialStep(b, {0}, ReduceOp::kMin), MakeLayout({5, 7}, m22_, "P(min),S(0)"));
+  ExpectBad(LocalShardToPartialStep(b, {1}, ReduceOp::kMin), "innermost");
+  // Several tensor dims at once, uneven and empty shards (5 rows over 2x3: a chunk of 0 rows).
+  const Layout c = MakeLayout({5, 3}, m23_, "S(1),S(0)");
+  s = LocalShardToPartialStep(c, {0, 1}, ReduceOp::kSum);
+  ExpectGood(s, MakeLayout({5, 3}, m23_, "P,P"));
+  EXPECT_EQ(s->tensor_dim, -1);
+  ExpectGood(LocalShardToPartialStep(MakeLayout({2, 3}, m23_, "R,S(0)"), {1}, ReduceOp::kSum),
+             MakeLayout({2, 3}, m23_, "R,P"));
+  // avg has no identity: no exact local form.
+  ExpectBad(LocalShardToPartialStep(a, {1}, ReduceOp::kAvg), "Partial(avg)");
+  // The op must agree with the layout's Partial op; Replicate and Partial dims are not Shard.
+  const Layout p = MakeLayout({5, 7}, m22_, "S(0),P(max)");
+  ExpectGood(LocalShardToPartialStep(p, {0}, ReduceOp::kMax), MakeLayout({5, 7}, m22_, "P(max),P(max)"));
+  ExpectBad(LocalShardToPartialStep(p, {0}, ReduceOp::kSum), "already Partial(max)");
+  ExpectBad(LocalShardToPartialStep(p, {1}, ReduceOp::kMax), "needs Shard");
+  ExpectBad(LocalShardToPartialStep(MakeLayout({5}, m22_, "R,S(0)"), {0}, ReduceOp::kSum), "needs Shard");
+  ExpectBad(LocalShardToPartialStep(a, {}, ReduceOp::kSum), "at least one");
+}
+
+TEST_F(TransformsTest, LocalShardToPartialTamperedSteps) {
+  const Layout a = MakeLayout({8, 8}, m22_, "S(0),S(0)");
+  // The outer dim, hand-built: neither rule-valid nor box-valid.
+  PlanStep bad{StepKind::kLocalShardToPartial, {0}, 0, -1, a, MakeLayout({8, 8}, m22_, "P,S(0)")};
+  EXPECT_FALSE(ValidateStep(bad).ok());
+  EXPECT_FALSE(CheckStepBoxes(bad).ok());
+  EXPECT_FALSE(CheckStepElements(bad).ok());
+  // avg, hand-built on a valid dim: box-valid, but no rule allows it.
+  PlanStep avg{StepKind::kLocalShardToPartial, {1}, 0, -1, a, MakeLayout({8, 8}, m22_, "S(0),P(avg)")};
+  EXPECT_FALSE(ValidateStep(avg).ok());
+  EXPECT_FALSE(CheckStepElements(avg).ok());
+  // Shard -> Replicate is an all_gather, not this kind.
+  PlanStep rep{StepKind::kLocalShardToPartial, {1}, 0, -1, a, MakeLayout({8, 8}, m22_, "S(0),R")};
+  EXPECT_FALSE(ValidateStep(rep).ok());
+  EXPECT_FALSE(CheckStepBoxes(rep).ok());
+  EXPECT_EQ(StepKindName(StepKind::kLocalShardToPartial), "local_shard_to_partial");
+  EXPECT_TRUE(IsLocalStep(StepKind::kLocalShardToPartial));
+}
+
 TEST_F(TransformsTest, SendRecv) {
   const Layout a = MakeLayout({5, 7}, m22_, "S(0),S(1)");
   const Layout b = MakeLayout({5, 7}, m22_, "S(1),S(0)");

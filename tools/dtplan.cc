@@ -15,7 +15,6 @@
 #include <cstring>
 #include <map>
 #include <mutex>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -235,11 +234,7 @@ int Run(int argc, char** argv) {
           json += (i ? "," : "") + std::string("{\"rank\":") + std::to_string(mesh->ranks()[i]) +
                   ",\"offset\":" + JsonInts(exec.boxes[i].offset) + ",\"local_shape\":" + JsonInts(t.shape()) +
                   ",\"data\":[";
-          for (int64_t k = 0; k < t.NumElements(); ++k) {
-            std::ostringstream v;
-            v << t.GetAsDouble(k);
-            json += (k ? "," : "") + v.str();
-          }
+          for (int64_t k = 0; k < t.NumElements(); ++k) json += (k ? "," : "") + FormatElementJson(t, k);
           json += "]}";
         }
         json += "]";
@@ -258,8 +253,11 @@ int Run(int argc, char** argv) {
                   mesh->size(), exec.verified ? "true" : "false", static_cast<long long>(exec.measured_max_bytes));
       if (a.dump) {
         for (size_t i = 0; i < exec.locals.size(); ++i) {
-          std::printf("  rank %d offset %s %s\n", mesh->ranks()[i], JsonInts(exec.boxes[i].offset).c_str(),
-                      exec.locals[i].ToString().c_str());
+          const Tensor& t = exec.locals[i];
+          std::string values;  // every element, exactly (FormatElement)
+          for (int64_t k = 0; k < t.NumElements(); ++k) values += (k ? " " : "") + FormatElement(t, k);
+          std::printf("  rank %d offset %s local_shape %s data [%s]\n", mesh->ranks()[i],
+                      JsonInts(exec.boxes[i].offset).c_str(), JsonInts(t.shape()).c_str(), values.c_str());
         }
       }
     }

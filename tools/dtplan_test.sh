@@ -28,6 +28,20 @@ check "partial source with dump exits 0" $?
 echo "$out" | grep -q '"lower_bound_bytes_per_rank":null'; check "partial source has null lower bound" $?
 echo "$out" | grep -q '"ranks":\[{"rank":0,"offset":\[0\],"local_shape":\[3\],"data":\[0,1,2\]}'; check "dump of rank 0" $?
 
+# --dump prints every value exactly: integers as integers (1000001, not 1e+06), floats
+# round-trippable, and JSON-valid identities of Partial(max) as strings.
+out=$("$DTPLAN" --mesh 1 --shape 1000002 --dtype i64 --from R --to R --json --dump)
+check "i64 dump exits 0" $?
+echo "$out" | grep -q ',999999,1000000,1000001\]}'; check "i64 dump prints 1000001 exactly" $?
+echo "$out" | grep -q 'e+0'; check "i64 dump has no exponent form" $((1 - $?))
+out=$("$DTPLAN" --mesh 2 --shape 3 --from 'S(0)' --to 'P(max)' --json --dump)
+check "S(0) -> P(max) dump exits 0" $?
+echo "$out" | grep -q '"kind":"local_shard_to_partial"'; check "S(0) -> P(max) is one local step" $?
+echo "$out" | grep -q '"data":\[0,1,"-inf"\]'; check "P(max) identity dumped as the JSON string -inf" $?
+echo "$out" | grep -q '"measured_max_bytes_received_per_rank":0'; check "S(0) -> P(max) moves no byte" $?
+out=$("$DTPLAN" --mesh 1 --shape 2 --dtype f32 --from R --to R --dump)
+echo "$out" | grep -q 'rank 0 offset \[0\] local_shape \[2\] data \[0 1\]'; check "text dump prints every value" $?
+
 out=$("$DTPLAN" --mesh 2x2 --shape 7,5 --from 'S(0),S(0)' --to 'R,S(1)' --planner greedy --json --execute)
 check "greedy planner exits 0" $?
 echo "$out" | grep -q '"planner":"greedy"'; check "planner field is greedy" $?

@@ -369,6 +369,24 @@ Status ValidatePosts(const GroupState& g) {
                          [&g](int r) -> const CollectiveCall& { return g.post(r).call; });
 }
 
+// Staging memory of one communicator (uninitialized bytes; grows, never shrinks), reused by its
+// calls so that repeated collectives allocate nothing. A call's staging is dead when the call
+// returns: peers stop reading it at the call's closing barrier.
+class Scratch {
+ public:
+  std::byte* Get(int64_t bytes) {
+    if (bytes > capacity_) {
+      data_.reset(new std::byte[static_cast<size_t>(bytes)]);  // default-initialized: no zero-fill
+      capacity_ = bytes;
+    }
+    return data_.get();
+  }
+
+ private:
+  std::unique_ptr<std::byte[]> data_;
+  int64_t capacity_ = 0;
+};
+
 class ThreadComm final : public Communicator {
  public:
   ThreadComm(std::shared_ptr<RunState> run, std::shared_ptr<GroupState> group, int rank)
@@ -428,27 +446,29 @@ class ThreadComm final : public Communicator {
   std::shared_ptr<RunState> run_;
   std::shared_ptr<GroupState> group_;
   int rank_;
+  Scratch scratch_;  // one call's staging at a time (calls on a communicator are sequential)
 };
 
 // The output of a collective whose send and recv buffers overlap goes through a temporary (peers
 // still read this rank's send buffer until the closing barrier), copied to recv by Finish().
+// The temporary is the communicator's Scratch; the collective writes all recv_bytes of it.
 class StagedOutput {
  public:
-  StagedOutput(const void* send, int64_t send_bytes, void* recv, int64_t recv_bytes)
+  StagedOutput(const void* send, int64_t send_bytes, void* recv, int64_t recv_bytes, Scratch& scratch)
       : recv_(recv), bytes_(recv_bytes) {
-    if (Overlap(send, send_bytes, recv, recv_bytes)) temp_.resize(static_cast<size_t>(recv_bytes));
+    if (Overlap(send, send_bytes, recv, recv_bytes)) temp_ = scratch.Get(recv_bytes);
   }
   // Where the collective writes its output.
-  void* dst() { return temp_.empty() ? recv_ : static_cast<void*>(temp_.data()); }
+  void* dst() { return temp_ == nullptr ? recv_ : static_cast<void*>(temp_); }
   // Moves staged output into recv (call once no peer reads this rank's send buffer).
   void Finish() {
-    if (!temp_.empty()) Copy(recv_, temp_.data(), bytes_);
+    if (temp_ != nullptr) Copy(recv_, temp_, bytes_);
   }
 
  private:
   void* recv_;
   int64_t bytes_;
-  std::vector<std::byte> temp_;
+  std::byte* temp_ = nullptr;
 };
 
 Status ThreadComm::AllGatherV(const void* send, int64_t send_count, void* recv, std::span<const int64_t> recv_counts,
@@ -460,7 +480,7 @@ Status ThreadComm::AllGatherV(const void* send, int64_t send_count, void* recv, 
   MF_RETURN_IF_ERROR(CheckBuffer(site, "send", send, send_count));
   MF_RETURN_IF_ERROR(CheckBuffer(site, "recv", recv, total));
   const int64_t es = DTypeSize(dtype);
-  StagedOutput out(send, send_count * es, recv, total * es);
+  StagedOutput out(send, send_count * es, recv, total * es, scratch_);
   void* dst = out.dst();
   Post post;
   post.call.kind = CollectiveKind::kAllGather;
@@ -491,7 +511,7 @@ Status ThreadComm::ReduceScatterV(const void* send, std::span<const int64_t> cou
   MF_RETURN_IF_ERROR(CheckBuffer(site, "send", send, total));
   MF_RETURN_IF_ERROR(CheckBuffer(site, "recv", recv, mine));
   const int64_t es = DTypeSize(dtype);
-  StagedOutput out(send, total * es, recv, mine * es);
+  StagedOutput out(send, total * es, recv, mine * es, scratch_);
   void* dst = out.dst();
   Post post;
   post.call.kind = CollectiveKind::kReduceScatter;
@@ -525,7 +545,7 @@ Status ThreadComm::AllReduce(const void* send, void* recv, int64_t count, DType 
   auto begin = [&](int c) { return std::min<int64_t>(count, c * chunk); };
   auto end = [&](int c) { return std::min<int64_t>(count, (c + 1) * chunk); };
   const int64_t mine = end(rank_) - begin(rank_);
-  std::vector<std::byte> reduced(static_cast<size_t>(mine * es));
+  std::byte* const reduced = scratch_.Get(mine * es);  // ReduceBuffers writes all of it
   Post post;
   post.call.kind = CollectiveKind::kAllReduce;
   post.call.dtype = dtype;
@@ -542,8 +562,8 @@ Status ThreadComm::AllReduce(const void* send, void* recv, int64_t count, DType 
           inputs[static_cast<size_t>(r)] = At(group_->post(r).send, begin(rank_) * es);
           if (r != rank_) group_->Count(r, rank_, mine * es);
         }
-        Status s = ReduceBuffers(inputs, reduced.data(), mine, dtype, op);
-        group_->own_post(rank_).staged = reduced.data();
+        Status s = ReduceBuffers(inputs, reduced, mine, dtype, op);
+        group_->own_post(rank_).staged = reduced;
         // Mid barrier: every chunk is reduced and nobody reads a send buffer any more, so recv
         // (possibly == send) can be written.
         group_->Sync();
@@ -568,7 +588,7 @@ Status ThreadComm::AllToAllV(const void* send, std::span<const int64_t> send_cou
   MF_RETURN_IF_ERROR(CheckBuffer(site, "send", send, send_total));
   MF_RETURN_IF_ERROR(CheckBuffer(site, "recv", recv, recv_total));
   const int64_t es = DTypeSize(dtype);
-  StagedOutput out(send, send_total * es, recv, recv_total * es);
+  StagedOutput out(send, send_total * es, recv, recv_total * es, scratch_);
   void* dst = out.dst();
   Post post;
   post.call.kind = CollectiveKind::kAllToAll;
