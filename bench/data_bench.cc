@@ -3,8 +3,9 @@
 //
 //   bazel run --config=opt //bench:data_bench
 //
-// The file (16 Mi uint16 tokens = 32 MiB, rewritten into the system temp dir at every run and
-// left there, so it is in the page cache for both readers) is cut into
+// The file (16 Mi uint16 tokens = 32 MiB, written at every run into a fresh directory of its own,
+// mkdtemp under $TEST_TMPDIR or the system temp dir, removed at exit, so concurrent runs never
+// share it; it is in the page cache for both readers) is cut into
 // sequences of 1024+1 tokens (16383 samples) read as i32. BM_SequentialRead is the floor: fread
 // of the whole file in 1 MiB chunks plus the uint16 -> i32 widening, counted as the same number of
 // samples. BM_TokenLoader yields global batches of 64 on a 1-rank mesh (shuffled or not, with or
@@ -12,12 +13,14 @@
 // samples per batch). items_per_second is samples/s of wall-clock time (UseRealTime: the
 // prefetch thread's work is not in the main thread's CPU time).
 #include <benchmark/benchmark.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "meshflow/data/loader.h"
@@ -30,10 +33,15 @@ namespace {
 constexpr int64_t kNumTokens = int64_t{1} << 24;
 constexpr int64_t kSeqLen = 1024;
 
+// This run's private directory (set by main).
+std::string& RunDir() {
+  static auto* dir = new std::string();
+  return *dir;
+}
+
 const std::string& TokenFilePath() {
   static const std::string* path = [] {
-    auto* p = new std::string(
-        (std::filesystem::temp_directory_path() / "meshflow_data_bench_tokens.bin").string());
+    auto* p = new std::string((std::filesystem::path(RunDir()) / "tokens.bin").string());
     std::vector<uint32_t> tokens(static_cast<size_t>(kNumTokens));
     uint64_t x = 88172645463325252ull;
     for (uint32_t& t : tokens) {
@@ -141,4 +149,21 @@ BENCHMARK(BM_TokenLoaderDp2)->UseRealTime()->Unit(benchmark::kMicrosecond);
 }  // namespace
 }  // namespace meshflow
 
-BENCHMARK_MAIN();
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  // A fresh directory per run, so concurrent runs never share the token file; removed at exit.
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  std::error_code ec;
+  const std::filesystem::path base = tmp != nullptr ? std::filesystem::path(tmp) : std::filesystem::temp_directory_path(ec);
+  std::string templ = (base / "meshflow_data_bench.XXXXXX").string();
+  if (ec || ::mkdtemp(templ.data()) == nullptr) {
+    std::fprintf(stderr, "data_bench: cannot create a temporary directory %s\n", templ.c_str());
+    return 1;
+  }
+  meshflow::RunDir() = templ;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  std::filesystem::remove_all(templ, ec);
+  return 0;
+}

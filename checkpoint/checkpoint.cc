@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -11,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <random>
 #include <set>
 
@@ -87,22 +89,6 @@ Status WriteAll(int fd, const std::byte* data, int64_t n, const std::string& pat
     n -= w;
   }
   return Status();
-}
-
-// Reads n bytes at offset; returns how many were available (short only at end of file).
-StatusOr<int64_t> PreadFull(int fd, std::byte* data, int64_t n, int64_t offset, const std::string& path) {
-  int64_t got = 0;
-  while (got < n) {
-    const ssize_t r = ::pread(fd, data + got, static_cast<size_t>(std::min<int64_t>(n - got, int64_t{1} << 30)),
-                              static_cast<off_t>(offset + got));
-    if (r < 0) {
-      if (errno == EINTR) continue;
-      return UnavailableError("read of " + path + " failed: " + Errno(errno));
-    }
-    if (r == 0) break;
-    got += r;
-  }
-  return got;
 }
 
 Status FsyncPath(const std::string& path, bool directory) {
@@ -528,88 +514,233 @@ class DataFiles {
   std::map<int, int> fds_;
 };
 
-int64_t FlatIndex(std::span<const int64_t> idx, std::span<const int64_t> shape) {
-  int64_t f = 0;
-  for (size_t d = 0; d < shape.size(); ++d) f = f * shape[d] + idx[d];
-  return f;
+// Bytes of file read per preadv: the pieces are checksummed right after they are read, while
+// they are still in the L2 cache.
+constexpr int64_t kPieceBytes = int64_t{256} << 10;
+// Runs (needed bytes contiguous in both the chunk and the destination) at least this long are
+// read straight into the destination; shorter ones are read into scratch and copied out.
+constexpr int64_t kMinDirectRun = 2048;
+// At most this many iovecs per preadv (IOV_MAX is 1024 on Linux).
+constexpr size_t kMaxIov = 512;
+
+// Per-load reusable buffers.
+struct ReadScratch {
+  std::unique_ptr<std::byte[]> buf;  // kPieceBytes, uninitialized
+  std::vector<struct iovec> iov;
+  struct Segment {
+    int64_t pos;     // chunk-relative byte position
+    int64_t len;
+    std::byte* dst;  // where the bytes belong in the destination; nullptr: not needed
+    std::byte* mem;  // where they were read to (dst, or the scratch buffer)
+  };
+  std::vector<Segment> segs;
+  std::byte* Buf() {
+    if (!buf) buf.reset(new std::byte[static_cast<size_t>(kPieceBytes)]);
+    return buf.get();
+  }
+};
+
+// preadv of all of `iov` at `offset`; returns the bytes read (short only at end of file).
+StatusOr<int64_t> PreadvFull(int fd, std::vector<struct iovec>& iov, int64_t offset, const std::string& path) {
+  int64_t got = 0;
+  size_t first = 0;
+  while (first < iov.size()) {
+    const int cnt = static_cast<int>(std::min<size_t>(iov.size() - first, kMaxIov));
+    const ssize_t r = ::preadv(fd, iov.data() + first, cnt, static_cast<off_t>(offset + got));
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      return UnavailableError("read of " + path + " failed: " + Errno(errno));
+    }
+    if (r == 0) break;
+    got += r;
+    size_t left = static_cast<size_t>(r);
+    while (first < iov.size() && left >= iov[first].iov_len) left -= iov[first++].iov_len;
+    if (left > 0) {
+      iov[first].iov_base = static_cast<std::byte*>(iov[first].iov_base) + left;
+      iov[first].iov_len -= left;
+    }
+  }
+  return got;
 }
 
-// Reads the part `inter` (global coordinates, non-empty) of chunk `c` into `dst` (this rank's
-// local tensor, whose global box is `dst_box`). Reads the contiguous span from the first to the
-// last needed element, rounded out to whole checksum blocks, and verifies every block read.
-Status ReadChunkPart(const TensorRecord& t, const ChunkRecord& c, const Box& inter, const Box& dst_box,
-                     int64_t block, DataFiles& files, Tensor& dst, LoadStats& stats) {
-  const int64_t es = DTypeSize(t.dtype);
-  const int nd = inter.rank();
-  std::vector<int64_t> lo(nd), hi(nd);
-  for (int d = 0; d < nd; ++d) {
-    lo[d] = inter.offset[d] - c.box.offset[d];
-    hi[d] = lo[d] + inter.shape[d] - 1;
+// Verifies the checksum blocks of one chunk as its bytes stream by in file order.
+class BlockVerifier {
+ public:
+  BlockVerifier(const TensorRecord& t, const ChunkRecord& c, int64_t block, int64_t first_block, const std::string& path)
+      : t_(t), c_(c), block_(block), k_(first_block), end_(std::min(c.byte_length, (first_block + 1) * block)),
+        path_(path) {}
+
+  // `n` bytes at chunk position `pos` (the position right after the previous call's bytes).
+  Status Feed(int64_t pos, const std::byte* p, int64_t n) {
+    while (n > 0) {
+      const int64_t m = std::min(n, end_ - pos);
+      crc_ = Crc32cExtend(crc_, std::span<const std::byte>(p, static_cast<size_t>(m)));
+      pos += m;
+      p += m;
+      n -= m;
+      if (pos == end_) {
+        if (crc_ != c_.block_crcs[static_cast<size_t>(k_)]) {
+          return DataLossError("tensor '" + t_.name + "' chunk " + c_.box.ToString() + ": data file " + path_ +
+                               " is corrupted: CRC-32C mismatch in checksum block " + std::to_string(k_) +
+                               " (file bytes [" + std::to_string(c_.byte_offset + k_ * block_) + ", " +
+                               std::to_string(c_.byte_offset + end_) + "))");
+        }
+        ++k_;
+        end_ = std::min(c_.byte_length, (k_ + 1) * block_);
+        crc_ = 0;
+      }
+    }
+    return Status();
   }
-  const int64_t first = FlatIndex(lo, c.box.shape) * es;
-  const int64_t end = (FlatIndex(hi, c.box.shape) + 1) * es;
-  const int64_t b0 = first / block, b1 = (end + block - 1) / block;
+
+ private:
+  const TensorRecord& t_;
+  const ChunkRecord& c_;
+  const int64_t block_;
+  int64_t k_;    // current checksum block
+  int64_t end_;  // its end (chunk-relative)
+  const std::string& path_;
+  uint32_t crc_ = 0;
+};
+
+// The part `inter` (global coordinates, non-empty) of chunk `c` as a sequence of runs: byte
+// ranges contiguous both in the chunk and in the destination `dst` (this rank's local tensor,
+// whose global box is `dst_box`), in increasing order in both.
+class Runs {
+ public:
+  Runs(const ChunkRecord& c, const Box& inter, const Box& dst_box, int64_t es, std::byte* dst) : dst_(dst) {
+    const int nd = inter.rank();
+    // The run covers dims k..nd-1: every dim after k is whole in the chunk and in dst.
+    int k = nd - 1;
+    run_elems_ = nd == 0 ? 1 : inter.shape[nd - 1];
+    while (k > 0 && inter.shape[k] == c.box.shape[k] && inter.shape[k] == dst_box.shape[k]) {
+      --k;
+      run_elems_ *= inter.shape[k];
+    }
+    run_bytes_ = run_elems_ * es;
+    const int outer = std::max(k, 0);
+    extent_.assign(inter.shape.begin(), inter.shape.begin() + outer);
+    idx_.assign(static_cast<size_t>(outer), 0);
+    src_stride_.resize(static_cast<size_t>(outer));
+    dst_stride_.resize(static_cast<size_t>(outer));
+    int64_t ss = es, ds = es;
+    for (int d = nd - 1; d >= 0; --d) {
+      const int64_t lo = inter.offset[d] - c.box.offset[d], dlo = inter.offset[d] - dst_box.offset[d];
+      src_ += lo * ss;
+      dst_off_ += dlo * ds;
+      if (d < outer) {
+        src_stride_[d] = ss;
+        dst_stride_[d] = ds;
+        num_runs_ *= inter.shape[d];
+      }
+      ss *= c.box.shape[d];
+      ds *= dst_box.shape[d];
+    }
+    first_ = src_;
+    int64_t last = src_;
+    for (int d = 0; d < outer; ++d) last += (extent_[d] - 1) * src_stride_[d];
+    end_ = last + run_bytes_;
+  }
+
+  int64_t run_bytes() const { return run_bytes_; }
+  int64_t num_runs() const { return num_runs_; }
+  int64_t first() const { return first_; }  // chunk byte position of the first needed byte
+  int64_t end() const { return end_; }      // one past the last needed byte
+  bool done() const { return done_; }
+  int64_t src() const { return src_; }  // the current run's chunk byte position
+  std::byte* dst() const { return dst_ + dst_off_; }
+  void Next() {
+    for (int d = static_cast<int>(idx_.size()) - 1; d >= 0; --d) {
+      src_ += src_stride_[d];
+      dst_off_ += dst_stride_[d];
+      if (++idx_[d] < extent_[d]) return;
+      src_ -= extent_[d] * src_stride_[d];
+      dst_off_ -= extent_[d] * dst_stride_[d];
+      idx_[d] = 0;
+    }
+    done_ = true;
+  }
+
+ private:
+  std::byte* dst_;
+  int64_t run_elems_ = 1, run_bytes_ = 0, num_runs_ = 1;
+  std::vector<int64_t> extent_, idx_, src_stride_, dst_stride_;
+  int64_t src_ = 0, dst_off_ = 0, first_ = 0, end_ = 0;
+  bool done_ = false;
+};
+
+// Reads the part `inter` (global coordinates, non-empty) of chunk `c` into `dst` (this rank's
+// local tensor, whose global box is `dst_box`). The read spans the chunk bytes from the first to
+// the last needed element, rounded out to whole checksum blocks, in pieces of kPieceBytes: each
+// piece is one preadv that puts long runs of needed bytes straight into dst and everything else
+// (block heads and tails, unneeded row parts, short runs) into a scratch buffer, and is
+// checksummed right after the read; short runs are then copied out of scratch. Every checksum
+// block read is verified; on a mismatch dst holds garbage and the caller drops it.
+Status ReadChunkPart(const TensorRecord& t, const ChunkRecord& c, const Box& inter, const Box& dst_box,
+                     int64_t block, DataFiles& files, Tensor& dst, LoadStats& stats, ReadScratch& scratch) {
+  const int64_t es = DTypeSize(t.dtype);
+  Runs runs(c, inter, dst_box, es, dst.raw());
+  const int64_t b0 = runs.first() / block, b1 = (runs.end() + block - 1) / block;
   const int64_t rd_begin = b0 * block, rd_end = std::min(c.byte_length, b1 * block);
   MF_ASSIGN_OR_RETURN(int fd, files.Get(c.file, t.name));
   const std::string path = files.Path(c.file);
-  // Fast path: the needed bytes are one run in the chunk and in dst, on checksum-block
-  // boundaries: pread straight into dst and verify there (no staging copy).
-  std::vector<int64_t> dst_lo(nd);
-  for (int d = 0; d < nd; ++d) dst_lo[d] = inter.offset[d] - dst_box.offset[d];
-  const int64_t count = inter.NumElements();
-  const bool direct = end - first == count * es && rd_begin == first && rd_end == end &&
-                      (nd == 0 || [&] {
-                        std::vector<int64_t> dst_hi(nd);
-                        for (int d = 0; d < nd; ++d) dst_hi[d] = dst_lo[d] + inter.shape[d] - 1;
-                        return FlatIndex(dst_hi, dst_box.shape) - FlatIndex(dst_lo, dst_box.shape) + 1 == count;
-                      }());
-  std::vector<std::byte> staging;
-  std::byte* buf_ptr = nullptr;
-  if (direct) {
-    buf_ptr = dst.raw() + FlatIndex(dst_lo, dst_box.shape) * es;
-  } else {
-    staging.resize(static_cast<size_t>(rd_end - rd_begin));
-    buf_ptr = staging.data();
-  }
-  const std::span<std::byte> buf(buf_ptr, static_cast<size_t>(rd_end - rd_begin));
-  MF_ASSIGN_OR_RETURN(int64_t got, PreadFull(fd, buf.data(), rd_end - rd_begin, c.byte_offset + rd_begin, path));
-  stats.bytes_read += got;
-  ++stats.chunks_read;
-  if (got != rd_end - rd_begin) {
-    return DataLossError("tensor '" + t.name + "' chunk " + c.box.ToString() + ": data file " + path +
-                         " is truncated: read " + std::to_string(got) + " of " + std::to_string(rd_end - rd_begin) +
-                         " bytes at offset " + std::to_string(c.byte_offset + rd_begin));
-  }
-  for (int64_t k = b0; k < b1; ++k) {
-    const int64_t b = k * block - rd_begin, e = std::min(c.byte_length, (k + 1) * block) - rd_begin;
-    const uint32_t crc = Crc32c(std::span<const std::byte>(buf.data() + b, static_cast<size_t>(e - b)));
-    if (crc != c.block_crcs[k]) {
+  // Runs shorter than kMinDirectRun would cost an iovec each for a few bytes: read them into
+  // scratch with the rest and copy them out (memcpy of whole runs).
+  const bool direct = runs.run_bytes() >= kMinDirectRun || runs.num_runs() == 1;
+  std::byte* const buf = scratch.Buf();
+  BlockVerifier verify(t, c, block, b0, path);
+  int64_t pos = rd_begin;
+  int64_t in_run = 0;  // bytes of the current run already placed
+  while (pos < rd_end) {
+    const int64_t piece_begin = pos, piece_limit = std::min(rd_end, pos + kPieceBytes);
+    scratch.segs.clear();
+    scratch.iov.clear();
+    int64_t used = 0;  // of the scratch buffer
+    while (pos < piece_limit && scratch.iov.size() < kMaxIov) {
+      ReadScratch::Segment seg{pos, 0, nullptr, nullptr};
+      if (!runs.done() && pos >= runs.src()) {
+        seg.len = std::min(runs.run_bytes() - in_run, piece_limit - pos);
+        seg.dst = runs.dst() + in_run;
+        in_run += seg.len;
+        if (in_run == runs.run_bytes()) {
+          runs.Next();
+          in_run = 0;
+        }
+      } else {
+        seg.len = std::min(runs.done() ? rd_end : runs.src(), piece_limit) - pos;
+      }
+      seg.mem = direct && seg.dst != nullptr ? seg.dst : buf + used;
+      if (seg.mem != seg.dst || !direct) used += seg.len;
+      pos += seg.len;
+      if (direct) {
+        // Adjacent scratch segments extend the previous iovec.
+        if (!scratch.iov.empty() && static_cast<std::byte*>(scratch.iov.back().iov_base) + scratch.iov.back().iov_len == seg.mem) {
+          scratch.iov.back().iov_len += static_cast<size_t>(seg.len);
+        } else {
+          scratch.iov.push_back({seg.mem, static_cast<size_t>(seg.len)});
+        }
+      }
+      scratch.segs.push_back(seg);
+    }
+    if (!direct) scratch.iov.push_back({buf, static_cast<size_t>(pos - piece_begin)});
+    MF_ASSIGN_OR_RETURN(int64_t got, PreadvFull(fd, scratch.iov, c.byte_offset + piece_begin, path));
+    stats.bytes_read += got;
+    if (got != pos - piece_begin) {
       return DataLossError("tensor '" + t.name + "' chunk " + c.box.ToString() + ": data file " + path +
-                           " is corrupted: CRC-32C mismatch in checksum block " + std::to_string(k) + " (file bytes [" +
-                           std::to_string(c.byte_offset + b + rd_begin) + ", " +
-                           std::to_string(c.byte_offset + e + rd_begin) + "))");
+                           " is truncated: read " + std::to_string(piece_begin - rd_begin + got) + " of " +
+                           std::to_string(rd_end - rd_begin) + " bytes at offset " +
+                           std::to_string(c.byte_offset + rd_begin));
+    }
+    if (direct) {
+      for (const ReadScratch::Segment& seg : scratch.segs) MF_RETURN_IF_ERROR(verify.Feed(seg.pos, seg.mem, seg.len));
+    } else {
+      MF_RETURN_IF_ERROR(verify.Feed(piece_begin, buf, pos - piece_begin));
+      for (const ReadScratch::Segment& seg : scratch.segs) {
+        if (seg.dst != nullptr) std::memcpy(seg.dst, seg.mem, static_cast<size_t>(seg.len));
+      }
     }
   }
-  if (direct) return Status();
-  // Copy rows (innermost runs) of the intersection into dst.
-  if (nd == 0) {
-    std::memcpy(dst.raw(), buf.data(), static_cast<size_t>(es));
-    return Status();
-  }
-  std::vector<int64_t> idx(nd, 0), src_idx(nd), dst_idx(nd);
-  const int64_t run = inter.shape[nd - 1] * es;
-  while (true) {
-    for (int d = 0; d < nd; ++d) {
-      src_idx[d] = lo[d] + idx[d];
-      dst_idx[d] = dst_lo[d] + idx[d];
-    }
-    const int64_t s = FlatIndex(src_idx, c.box.shape) * es - rd_begin;
-    const int64_t o = FlatIndex(dst_idx, dst_box.shape) * es;
-    std::memcpy(dst.raw() + o, buf.data() + s, static_cast<size_t>(run));
-    int d = nd - 2;
-    while (d >= 0 && ++idx[d] == inter.shape[d]) idx[d--] = 0;
-    if (d < 0) break;
-  }
+  ++stats.chunks_read;
   return Status();
 }
 
@@ -627,6 +758,7 @@ Status LoadLocal(const std::string& dir, const std::vector<LoadRequest>& request
   MF_ASSIGN_OR_RETURN(std::string bytes, ReadWholeFile(md_path));
   MF_ASSIGN_OR_RETURN(CheckpointMetadata md, DecodeMetadata(bytes, md_path));
   DataFiles files(resolved, md, stats);
+  ReadScratch scratch;
   const int me = comms.world_rank();
   for (const LoadRequest& req : requests) {
     const TensorRecord* t = md.Find(req.name);
@@ -648,17 +780,25 @@ Status LoadLocal(const std::string& dir, const std::vector<LoadRequest>& request
                                   " was requested");
     }
     MF_ASSIGN_OR_RETURN(Box box, req.layout.LocalBox(me));
-    Tensor local = Tensor::Zeros(t->dtype, box.shape);
     bool zeros = false;  // Replicate -> Partial(sum): only group coordinate 0 holds the value
     if (req.layout.partial_op() == ReduceOp::kSum) {
       MF_ASSIGN_OR_RETURN(std::vector<int64_t> coord, req.layout.mesh().Coordinate(me));
       for (int m = 0; m < req.layout.mesh().ndim(); ++m) zeros = zeros || (IsPartial(req.layout.placement(m)) && coord[m] != 0);
     }
+    // The chunks partition the tensor (DecodeMetadata checks it), so the reads below write every
+    // byte of the box: no zero-fill.
+    Tensor local = zeros || box.empty() ? Tensor::Zeros(t->dtype, box.shape) : Tensor::Uninitialized(t->dtype, box.shape);
     if (!zeros && !box.empty()) {
+      int64_t covered = 0;
       for (const ChunkRecord& c : t->chunks) {
         const Box inter = Intersect(c.box, box);
         if (inter.empty()) continue;
-        MF_RETURN_IF_ERROR(ReadChunkPart(*t, c, inter, box, md.checksum_block_bytes, files, local, stats));
+        MF_RETURN_IF_ERROR(ReadChunkPart(*t, c, inter, box, md.checksum_block_bytes, files, local, stats, scratch));
+        covered += inter.NumElements();
+      }
+      if (covered != box.NumElements()) {
+        return InternalError("tensor '" + req.name + "': the chunks of " + md_path + " cover " + std::to_string(covered) +
+                             " of the " + std::to_string(box.NumElements()) + " elements of box " + box.ToString());
       }
     }
     MF_ASSIGN_OR_RETURN(DTensor x, DTensor::FromLocal(std::move(local), req.layout, me));

@@ -13,6 +13,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -248,6 +249,111 @@ TEST(CheckpointTest, PartialReadsReadOnlyNeededBlocks) {
         EXPECT_EQ(stats[r].bytes_read, want) << n << " " << ps << " rank " << r;
       }
     }
+  }
+}
+
+// The read paths of a load: one contiguous run read straight into the result in several
+// kPieceBytes pieces (S(0) -> S(0)), runs of >= 2 KiB read straight into the result with the
+// unneeded row parts in scratch (S(0) -> S(1) on 2 ranks, S(0),S(1) on 2x2: 2 KiB runs), short
+// runs staged and copied (S(1) on 4 and 8 ranks: 1 KiB and 512 B runs), uneven shapes with empty
+// shards; with the default 1 MiB checksum blocks and with odd-sized blocks (4100 bytes) that end
+// inside runs and rows.
+TEST(CheckpointTest, ReshardedLoadsOnEveryReadPath) {
+  const std::vector<Spec> specs = {
+      {"big", DType::kF32, {256, 1024}, "S(0)", ""},   // 1 MiB, 4 KiB rows
+      {"uneven", DType::kF32, {13, 1030}, "S(0)", ""},  // 4120-byte rows, shards of 4/3/3/3 rows
+      {"thin", DType::kI64, {3, 700}, "S(0)", ""},      // rank 3 has an empty shard
+  };
+  for (int64_t block : {int64_t{1} << 20, int64_t{4100}}) {
+    const std::string dir = TestDir("read_paths_" + std::to_string(block));
+    SaveOptions opts;
+    opts.checksum_block_bytes = block;
+    ASSERT_TRUE(SaveSpecs(dir, specs, Mesh({4}), opts).ok());
+    const std::vector<std::pair<DeviceMesh, std::vector<std::string>>> targets = {
+        {Mesh({4}), {"S(0)", "S(1)", "R"}},
+        {Mesh({2}), {"S(0)", "S(1)"}},
+        {Mesh({2, 2}), {"S(0),S(1)", "S(1),S(0)", "S(1),S(1)", "R,S(1)", "P(sum),S(1)"}},
+        {Mesh({8}), {"S(0)", "S(1)"}},
+        {Mesh({1}), {"R"}},
+    };
+    for (const auto& [mesh, list] : targets) {
+      for (const std::string& ps : list) EXPECT_EQ(LoadAndCompare(dir, specs, mesh, ps), "") << block << " " << ps;
+    }
+  }
+}
+
+TEST(CheckpointTest, LoadReadsEachNeededBlockOnceAndWholeBlocksOnly) {
+  // f32 [256, 1024] saved S(0) on 4 ranks (256 KiB chunks, 4 KiB rows), 64 KiB checksum blocks.
+  // S(0),S(1) on 2x2: each rank needs the left or right half of 128 rows = 2 chunks; every block
+  // of both holds needed bytes, so it reads both chunks whole. S(0) on 8: half a chunk = 2 blocks.
+  const std::string dir = TestDir("read_bytes");
+  const Spec spec{"w", DType::kF32, {256, 1024}, "S(0)", ""};
+  SaveOptions opts;
+  opts.checksum_block_bytes = 64 << 10;
+  ASSERT_TRUE(SaveSpecs(dir, {spec}, Mesh({4}), opts).ok());
+  for (const auto& [mesh, ps, want] : std::vector<std::tuple<DeviceMesh, std::string, int64_t>>{
+           {Mesh({2, 2}), "S(0),S(1)", 2 * (256 << 10)}, {Mesh({8}), "S(0)", 128 << 10}}) {
+    const Layout layout = Layout::Create(spec.shape, mesh, *ParsePlacements(ps)).value();
+    std::vector<LoadStats> stats(static_cast<size_t>(mesh.size()));
+    ASSERT_TRUE(WorldOf(mesh.size())
+                    .Run([&](Communicator& comm) -> Status {
+                      MF_ASSIGN_OR_RETURN(MeshComms comms, MeshComms::Create(comm, mesh));
+                      MF_ASSIGN_OR_RETURN(auto got, LoadTensors(dir, {LoadRequest{"w", layout}}, comms,
+                                                                &stats[comm.world_rank()]));
+                      MF_ASSIGN_OR_RETURN(Tensor want, ReferenceLocal(GlobalFor(spec.dtype, spec.shape), layout,
+                                                                      comm.world_rank()));
+                      if (!(got[0].local() == want)) return InternalError("mismatch");
+                      return Status();
+                    })
+                    .ok());
+    for (size_t r = 0; r < stats.size(); ++r) EXPECT_EQ(stats[r].bytes_read, want) << ps << " rank " << r;
+  }
+}
+
+TEST(CheckpointTest, CorruptionInsideDirectReadsIsRefusedAndNothingIsReturned) {
+  // f32 [256, 1024] saved S(0) on 2 ranks: two 512 KiB chunks (several read pieces each), 1 MiB
+  // blocks. A flipped byte deep inside chunk 1 is read straight into the result by S(0) on 2
+  // ranks (one run), S(0),S(1) on 2x2 (2 KiB runs, the byte in a needed run or in an unneeded
+  // row half read to scratch) and R (the whole tensor): every rank must fail with DATA_LOSS
+  // naming the tensor, the chunk, the file, the block and its byte range, and return no tensor.
+  const Spec spec{"w", DType::kF32, {256, 1024}, "S(0)", ""};
+  for (const auto& [ps, mesh_shape, row_byte] : std::vector<std::tuple<std::string, std::vector<int64_t>, int64_t>>{
+           {"S(0)", {2}, 100}, {"S(0),S(1)", {2, 2}, 100}, {"S(0),S(1)", {2, 2}, 3000}, {"R", {2}, 4000}}) {
+    const std::string dir = TestDir("direct_corrupt");
+    ASSERT_TRUE(SaveSpecs(dir, {spec}, Mesh({2})).ok());
+    const CheckpointMetadata md = ReadCheckpointMetadata(dir).value();
+    const ChunkRecord& c = md.Find("w")->chunks[1];
+    ASSERT_EQ(c.file, 1);
+    const int64_t at = c.byte_offset + 100 * 4096 + row_byte;  // row 100 of the chunk (past 256 KiB)
+    const std::string path = dir + "/" + DataFileName(1);
+    {
+      std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+      f.seekg(at);
+      char ch = 0;
+      f.read(&ch, 1);
+      ch ^= 0x10;
+      f.seekp(at);
+      f.write(&ch, 1);
+    }
+    const DeviceMesh mesh = Mesh(mesh_shape);
+    const Layout layout = Layout::Create(spec.shape, mesh, *ParsePlacements(ps)).value();
+    std::vector<Status> out(static_cast<size_t>(mesh.size()));
+    std::vector<int> returned(static_cast<size_t>(mesh.size()), 0);
+    ASSERT_TRUE(WorldOf(mesh.size())
+                    .Run([&](Communicator& comm) -> Status {
+                      MF_ASSIGN_OR_RETURN(MeshComms comms, MeshComms::Create(comm, mesh));
+                      StatusOr<std::vector<DTensor>> got = LoadTensors(dir, {LoadRequest{"w", layout}}, comms);
+                      out[comm.world_rank()] = got.status();
+                      returned[comm.world_rank()] = got.ok() ? static_cast<int>(got->size()) : 0;
+                      return Status();
+                    })
+                    .ok());
+    const int64_t b_begin = c.byte_offset, b_end = c.byte_offset + c.byte_length;  // one 1 MiB block
+    ExpectAllFail(out, StatusCode::kDataLoss,
+                  {"'w'", c.box.ToString(), path, "CRC-32C mismatch", "checksum block 0",
+                   "[" + std::to_string(b_begin) + ", " + std::to_string(b_end) + ")"});
+    // Including the ranks that never read chunk 1 (rank 0 of S(0)): the error is agreed.
+    for (size_t r = 0; r < returned.size(); ++r) EXPECT_EQ(returned[r], 0) << ps << " rank " << r;
   }
 }
 
