@@ -28,8 +28,10 @@
 #include "meshflow/collectives/dtensor_api.h"
 #include "meshflow/collectives/executor.h"
 #include "meshflow/collectives/mesh_comms.h"
+#include "meshflow/collectives/send_recv_cache.h"
 #include "meshflow/collectives/threads/threads_world.h"
 #include "meshflow/dtensor/dtensor.h"
+#include "meshflow/planner/direct.h"
 
 namespace meshflow {
 namespace {
@@ -134,6 +136,81 @@ void BM_Memcpy(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * bytes);
 }
 BENCHMARK(BM_Memcpy)->RangeMultiplier(4)->Range(1024, 65536)->UseRealTime()->Unit(benchmark::kMicrosecond);
+
+// ---- send_recv bookkeeping of one rank (planner/direct.h, collectives/send_recv_cache.h) ----
+//
+//   bazel run --config=opt //bench:executor_bench -- --benchmark_filter='SendRecv'
+//
+// Args: mesh (0: 2x2x2 = 8 ranks, 1: 8x8x8 = 512, 2: 16x16x8 = 2048), case (0: S(0),S(1),S(2) ->
+// S(2),S(1),S(0); 1: S(0),S(0),S(0) -> S(1),S(1),S(1)), shape (0: [4096, 4096, 64]; 1: uneven
+// [4093, 4099, 61]). Times what one rank computes for a send_recv step, without running the world:
+//   BM_SendRecvOneRank    DirectTransfersOfRank for one rank (the executor's cache miss)
+//   BM_SendRecvWorld      DirectTransfers of the whole world (what every rank computed before)
+//   BM_SendRecvCacheHit   SendRecvCache::Find of the step (what a repeated execution costs)
+// Counter `transfers`: the rank's sends + receives (the peers it exchanges with).
+
+struct SendRecvCase {
+  Layout from, to;
+  int rank;  // an interior rank: mesh index size/2 + 3 (mod size)
+};
+
+SendRecvCase MakeSendRecvCase(const benchmark::State& state) {
+  static const std::vector<std::vector<int64_t>> kMeshes = {{2, 2, 2}, {8, 8, 8}, {16, 16, 8}};
+  static const std::vector<std::vector<int64_t>> kShapes = {{4096, 4096, 64}, {4093, 4099, 61}};
+  const DeviceMesh mesh = *DeviceMesh::Create(kMeshes[static_cast<size_t>(state.range(0))]);
+  const std::vector<int64_t>& shape = kShapes[static_cast<size_t>(state.range(2))];
+  const Placements from = state.range(1) == 0 ? Placements{Shard{0}, Shard{1}, Shard{2}}
+                                              : Placements{Shard{0}, Shard{0}, Shard{0}};
+  const Placements to = state.range(1) == 0 ? Placements{Shard{2}, Shard{1}, Shard{0}}
+                                            : Placements{Shard{1}, Shard{1}, Shard{1}};
+  return SendRecvCase{*Layout::Create(shape, mesh, from), *Layout::Create(shape, mesh, to),
+                      mesh.ranks()[static_cast<size_t>((mesh.size() / 2 + 3) % mesh.size())]};
+}
+
+void SendRecvArgs(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"mesh", "case", "shape"});
+  for (int64_t shape : {0, 1}) {
+    for (int64_t c : {0, 1}) {
+      for (int64_t m : {0, 1, 2}) b->Args({m, c, shape});
+    }
+  }
+}
+
+void BM_SendRecvOneRank(benchmark::State& state) {
+  const SendRecvCase c = MakeSendRecvCase(state);
+  size_t transfers = 0;
+  for (auto _ : state) {
+    StatusOr<std::vector<Transfer>> t = DirectTransfersOfRank(c.from, c.to, c.rank);
+    transfers = t->size();
+    benchmark::DoNotOptimize(t);
+  }
+  state.counters["transfers"] = static_cast<double>(transfers);
+}
+BENCHMARK(BM_SendRecvOneRank)->Apply(SendRecvArgs)->Unit(benchmark::kMicrosecond);
+
+void BM_SendRecvWorld(benchmark::State& state) {
+  const SendRecvCase c = MakeSendRecvCase(state);
+  size_t transfers = 0;
+  for (auto _ : state) {
+    StatusOr<std::vector<Transfer>> t = DirectTransfers(c.from, c.to);
+    transfers = static_cast<size_t>(std::count_if(t->begin(), t->end(), [&](const Transfer& x) {
+      return x.src_rank == c.rank || x.dst_rank == c.rank;
+    }));
+    benchmark::DoNotOptimize(t);
+  }
+  state.counters["transfers"] = static_cast<double>(transfers);
+}
+// ~0.5 s per call at 2048 ranks: few iterations.
+BENCHMARK(BM_SendRecvWorld)->Apply(SendRecvArgs)->Iterations(3)->Unit(benchmark::kMicrosecond);
+
+void BM_SendRecvCacheHit(benchmark::State& state) {
+  const SendRecvCase c = MakeSendRecvCase(state);
+  SendRecvCache cache;
+  cache.Insert(c.from, c.to, SendRecvSchedule{});
+  // The executor looks the step up with the plan's own layouts; equal copies give the same cost.
+  for (auto _ : state) benchmark::DoNotOptimize(cache.Find(c.from, c.to));
+}
+BENCHMARK(BM_SendRecvCacheHit)->Args({2, 0, 0})->Args({2, 1, 1})->ArgNames({"mesh", "case", "shape"});
 
 }  // namespace
 }  // namespace meshflow

@@ -1,5 +1,5 @@
 // Planner benchmarks: optimal search uncached vs cached, greedy reference, for 1-D..4-D meshes, and
-// the cached lookup against the rank count (8, 512, 2048 ranks).
+// the cached lookup and uncached planning against the rank count (8, 512, 2048 ranks).
 //
 //   bazel run --config=opt //bench:planner_bench
 #include <benchmark/benchmark.h>
@@ -89,6 +89,60 @@ BENCHMARK(BM_PlanCachedLookupVsRanks)
     ->Args({8, 8, 8})
     ->Args({16, 16, 8})
     ->Unit(benchmark::kNanosecond);
+
+// Uncached optimal planning against the rank count (the planner must not enumerate ranks or rank
+// pairs per edge). Cases (arg 0): 0 = `S(0),S(1),S(2)` -> `S(2),S(1),S(0)`, 1 = `S(0),S(0),S(0)`
+// -> `S(1),S(1),S(1)`, 2 = `P,S(0),S(1)` -> `S(1),S(0),R` (Partial source), all of [3000,2500,100]
+// (uneven on every mesh below) on the mesh (args 1..3): 2x2x2, 8x8x8, 16x16x8; 3 =
+// `P,S(0),S(1),S(2)` -> `S(2),S(1),S(0),R` on 2x4x4x8 (256 ranks).
+void BM_PlanUncachedVsRanks(benchmark::State& state) {
+  const int which = static_cast<int>(state.range(0));
+  std::vector<int64_t> mesh_shape = {state.range(1), state.range(2), state.range(3)};
+  Placements from, to;
+  const Placement p = Partial{ReduceOp::kSum};
+  switch (which) {
+    case 0:
+      from = {Shard{0}, Shard{1}, Shard{2}};
+      to = {Shard{2}, Shard{1}, Shard{0}};
+      break;
+    case 1:
+      from = {Shard{0}, Shard{0}, Shard{0}};
+      to = {Shard{1}, Shard{1}, Shard{1}};
+      break;
+    case 2:
+      from = {p, Shard{0}, Shard{1}};
+      to = {Shard{1}, Shard{0}, Replicate{}};
+      break;
+    default:
+      mesh_shape = {2, 4, 4, 8};
+      from = {p, Shard{0}, Shard{1}, Shard{2}};
+      to = {Shard{2}, Shard{1}, Shard{0}, Replicate{}};
+      break;
+  }
+  const DeviceMesh mesh = *DeviceMesh::Create(mesh_shape);
+  const Layout a = *Layout::Create({3000, 2500, 100}, mesh, from);
+  const Layout b = *Layout::Create({3000, 2500, 100}, mesh, to);
+  const Topology topo;
+  for (auto _ : state) {
+    auto plan = PlanRedistribution(a, b, DType::kF32, topo);
+    if (!plan.ok()) state.SkipWithError(plan.status().ToString().c_str());
+    benchmark::DoNotOptimize(plan);
+  }
+  state.counters["ranks"] = static_cast<double>(mesh.size());
+}
+BENCHMARK(BM_PlanUncachedVsRanks)
+    ->Args({0, 2, 2, 2})
+    ->Args({0, 8, 8, 8})
+    ->Args({0, 16, 16, 8})
+    ->Args({1, 2, 2, 2})
+    ->Args({1, 8, 8, 8})
+    ->Args({1, 16, 16, 8})
+    ->Args({2, 2, 2, 2})
+    ->Args({2, 8, 8, 8})
+    ->Args({2, 16, 16, 8})
+    ->Args({3, 2, 4, 4})
+    ->MeasureProcessCPUTime()
+    ->Unit(benchmark::kMicrosecond);
 
 void BM_PlanGreedy(benchmark::State& state) {
   const Problem p = MakeProblem(static_cast<int>(state.range(0)));

@@ -6,6 +6,7 @@
 #include <sstream>
 #include <type_traits>
 
+#include "meshflow/collectives/send_recv_cache.h"
 #include "meshflow/planner/direct.h"
 
 namespace meshflow {
@@ -339,64 +340,92 @@ Status RunLocalShardToPartial(const PlanStep& step, BufferPool& pool, Tensor& lo
   return Status();
 }
 
-Status RunSendRecv(const PlanStep& step, MeshComms& comms, Tensor& local, int rank) {
+// One rank's part of a send_recv step: its transfers from DirectTransfersOfRank (arithmetic over
+// its own peers, never the world), with the peers' group positions and the pieces' places in the
+// local buffers. Computed once per distinct step and cached in comms.send_recv_cache().
+StatusOr<SendRecvSchedule> BuildSendRecvSchedule(const PlanStep& step, int rank) {
   const DeviceMesh& mesh = step.from.mesh();
-  std::vector<int> all_dims(static_cast<size_t>(mesh.ndim()));
-  for (int d = 0; d < mesh.ndim(); ++d) all_dims[d] = d;
-  MF_ASSIGN_OR_RETURN(GroupInfo g, GetGroup(comms, all_dims));
-  MF_ASSIGN_OR_RETURN(std::vector<Transfer> transfers, DirectTransfers(step.from, step.to));
-  MF_ASSIGN_OR_RETURN(Box from_box, step.from.LocalBox(rank));
-  MF_ASSIGN_OR_RETURN(Box to_box, step.to.LocalBox(rank));
-  auto peer_of = [&](int world_rank) {
-    return static_cast<int>(std::find(g.members.begin(), g.members.end(), world_rank) - g.members.begin());
-  };
+  MF_ASSIGN_OR_RETURN(std::vector<Transfer> transfers, DirectTransfersOfRank(step.from, step.to, rank));
+  SendRecvSchedule s;
+  MF_ASSIGN_OR_RETURN(s.from_box, step.from.LocalBox(rank));
+  MF_ASSIGN_OR_RETURN(s.to_box, step.to.LocalBox(rank));
+  s.kept = Intersect(s.from_box, s.to_box);
+  // The received boxes and the kept one are disjoint (planner/direct.h): when they add up to the
+  // target box, every byte of the output is written.
+  s.covered = s.kept.NumElements();
+  for (Transfer& t : transfers) {
+    // The full-mesh group lists the ranks in mesh order (MeshComms::Group): a peer's position in it
+    // is its mesh index.
+    if (t.src_rank == rank) {
+      MF_ASSIGN_OR_RETURN(const int peer, mesh.IndexOf(t.dst_rank));
+      const int64_t offset = ContiguousOffset(t.box, s.from_box);
+      s.sends.push_back(SendRecvPiece{peer, std::move(t.box), offset});
+    } else {
+      MF_ASSIGN_OR_RETURN(const int peer, mesh.IndexOf(t.src_rank));
+      const int64_t offset = ContiguousOffset(t.box, s.to_box);
+      s.covered += t.box.NumElements();
+      s.recvs.push_back(SendRecvPiece{peer, std::move(t.box), offset});
+    }
+  }
+  return s;
+}
+
+Status RunSendRecv(const PlanStep& step, MeshComms& comms, Tensor& local) {
+  const int ndim = step.from.mesh().ndim();
+  std::vector<int> all_dims(static_cast<size_t>(ndim));
+  for (int d = 0; d < ndim; ++d) all_dims[d] = d;
+  MF_ASSIGN_OR_RETURN(Communicator* comm, comms.Group(all_dims));
+  SendRecvCache& cache = comms.send_recv_cache();
+  const SendRecvSchedule* s = cache.Find(step.from, step.to);
+  if (s == nullptr) {
+    if (!(step.from.mesh() == comms.mesh())) {
+      return InvalidArgumentError("send_recv step on " + step.from.mesh().ToString() +
+                                  " but the communicators are for " + comms.mesh().ToString());
+    }
+    MF_ASSIGN_OR_RETURN(SendRecvSchedule built, BuildSendRecvSchedule(step, comms.world_rank()));
+    s = &cache.Insert(step.from, step.to, std::move(built));
+  }
   // Contiguous pieces go straight from `local` / into `out`; the others through packed temporaries.
   BufferPool& pool = comms.buffers();
   const int64_t es = DTypeSize(local.dtype());
-  const Box kept = Intersect(from_box, to_box);
-  // The received boxes and the kept one are disjoint (planner/direct.h): when they add up to the
-  // target box, every byte of out is written.
-  int64_t covered = kept.NumElements();
-  for (const Transfer& t : transfers) {
-    if (t.dst_rank == rank) covered += t.box.NumElements();
-  }
-  Tensor out = covered == to_box.NumElements() ? TakeUninitialized(pool, local.dtype(), to_box.shape)
-                                               : TakeZeros(pool, local.dtype(), to_box.shape);
+  Tensor out = s->covered == s->to_box.NumElements() ? TakeUninitialized(pool, local.dtype(), s->to_box.shape)
+                                                     : TakeZeros(pool, local.dtype(), s->to_box.shape);
   std::vector<Tensor> temps;  // send slices and receive buffers of non-contiguous pieces (all written)
-  temps.reserve(transfers.size());
-  std::vector<std::pair<size_t, Box>> unpack;  // (temps index, piece) received into a temporary
+  temps.reserve(s->sends.size() + s->recvs.size());
+  std::vector<std::pair<size_t, const Box*>> unpack;  // (temps index, piece) received into a temporary
   std::vector<SendSpec> sends;
   std::vector<RecvSpec> recvs;
-  for (const Transfer& t : transfers) {
-    if (t.src_rank == rank) {
-      const void* buf = nullptr;
-      if (const int64_t off = ContiguousOffset(t.box, from_box); off >= 0) {
-        buf = local.raw() + off * es;
-      } else {
-        temps.push_back(TakeUninitialized(pool, local.dtype(), t.box.shape));
-        PackPiece(local, from_box, t.box, temps.back().raw());
-        buf = temps.back().raw();
-      }
-      sends.push_back(SendSpec{peer_of(t.dst_rank), buf, t.box.NumElements()});
+  sends.reserve(s->sends.size());
+  recvs.reserve(s->recvs.size());
+  for (const SendRecvPiece& p : s->sends) {
+    const void* buf = nullptr;
+    if (p.offset >= 0) {
+      buf = local.raw() + p.offset * es;
+    } else {
+      temps.push_back(TakeUninitialized(pool, local.dtype(), p.box.shape));
+      PackPiece(local, s->from_box, p.box, temps.back().raw());
+      buf = temps.back().raw();
     }
-    if (t.dst_rank == rank) {
-      void* buf = nullptr;
-      if (const int64_t off = ContiguousOffset(t.box, to_box); off >= 0) {
-        buf = out.raw() + off * es;
-      } else {
-        temps.push_back(TakeUninitialized(pool, local.dtype(), t.box.shape));
-        unpack.emplace_back(temps.size() - 1, t.box);
-        buf = temps.back().raw();
-      }
-      recvs.push_back(RecvSpec{peer_of(t.src_rank), buf, t.box.NumElements()});
-    }
+    sends.push_back(SendSpec{p.peer, buf, p.box.NumElements()});
   }
-  MF_RETURN_IF_ERROR(g.comm->SendRecv(sends, recvs, local.dtype()));
+  for (const SendRecvPiece& p : s->recvs) {
+    void* buf = nullptr;
+    if (p.offset >= 0) {
+      buf = out.raw() + p.offset * es;
+    } else {
+      temps.push_back(TakeUninitialized(pool, local.dtype(), p.box.shape));
+      unpack.emplace_back(temps.size() - 1, &p.box);
+      buf = temps.back().raw();
+    }
+    recvs.push_back(RecvSpec{p.peer, buf, p.box.NumElements()});
+  }
+  MF_RETURN_IF_ERROR(comm->SendRecv(sends, recvs, local.dtype()));
+  const Box& kept = s->kept;
   if (!kept.empty()) {
-    CopyRegion(local.raw(), local.shape(), Sub(kept.offset, from_box.offset), out.raw(), out.shape(),
-               Sub(kept.offset, to_box.offset), kept.shape, es);
+    CopyRegion(local.raw(), local.shape(), Sub(kept.offset, s->from_box.offset), out.raw(), out.shape(),
+               Sub(kept.offset, s->to_box.offset), kept.shape, es);
   }
-  for (const auto& [i, piece] : unpack) UnpackPiece(temps[i].raw(), piece, out, to_box);
+  for (const auto& [i, piece] : unpack) UnpackPiece(temps[i].raw(), *piece, out, s->to_box);
   for (Tensor& t : temps) pool.Give(t.ReleaseBuffer());
   Replace(pool, local, std::move(out));
   return Status();
@@ -414,7 +443,7 @@ Status ExecuteStep(const PlanStep& step, MeshComms& comms, Tensor& local) {
     case StepKind::kAllToAll: return RunAllToAll(step, comms, local, rank);
     case StepKind::kLocalSlice: return RunLocalSlice(step, comms.buffers(), local, rank);
     case StepKind::kLocalPartial: return RunLocalPartial(step, local, rank);
-    case StepKind::kSendRecv: return RunSendRecv(step, comms, local, rank);
+    case StepKind::kSendRecv: return RunSendRecv(step, comms, local);
     case StepKind::kLocalShardToPartial: return RunLocalShardToPartial(step, comms.buffers(), local, rank);
   }
   return InternalError("unknown step kind");

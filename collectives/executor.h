@@ -9,6 +9,11 @@
 // a step is done with goes back there, the storage `local` held on entry included: once the pool
 // holds the sizes a plan needs, running it again allocates nothing and touches no new page.
 //
+// A send_recv step's sends and receives are derived per rank from its own peers
+// (DirectTransfersOfRank, planner/direct.h), once per distinct step: they are kept in
+// comms.send_recv_cache() (collectives/send_recv_cache.h), so running a plan again does no
+// bookkeeping for them.
+//
 //   MF_ASSIGN_OR_RETURN(Plan plan, PlanRedistribution(from, to, DType::kF32, Topology()));
 //   MF_RETURN_IF_ERROR(ExecutePlan(plan, comms, local));
 #ifndef MESHFLOW_COLLECTIVES_EXECUTOR_H_

@@ -183,5 +183,43 @@ TEST(ExecutorTest, ReplicateToPartialSumAfterLargeDataGivesZeros) {
   EXPECT_TRUE(s.ok()) << s.ToString();
 }
 
+TEST(ExecutorTest, SendRecvBookkeepingIsCachedPerStepNotPerPlanObject) {
+  // Direct plans are not cached by the planner: every PlanFor below returns a new Plan object, freed
+  // at the end of its iteration, so a later one may sit at the same address while holding another
+  // step. The schedule cache is keyed on the step's layouts: equal steps hit, different ones never do.
+  DeviceMesh mesh = *DeviceMesh::Create({2, 3});
+  const std::vector<int64_t> shape = {7, 10};
+  const Layout a = *Layout::Create(shape, mesh, {Shard{0}, Shard{1}});
+  const Layout b = *Layout::Create(shape, mesh, {Shard{1}, Shard{0}});
+  const Layout c = *Layout::Create(shape, mesh, {Replicate{}, Shard{0}});
+  RedistributeOptions direct;
+  direct.planner = PlannerKind::kDirect;
+  auto world = std::move(ThreadWorld::Create(mesh.size()).value());
+  std::mutex mu;
+  Status s = world->Run([&](Communicator& comm) -> Status {
+    MF_ASSIGN_OR_RETURN(MeshComms comms, MeshComms::Create(comm, mesh));
+    const int rank = comm.world_rank();
+    for (int rep = 0; rep < 6; ++rep) {
+      const Layout& to = rep % 2 == 0 ? b : c;
+      MF_ASSIGN_OR_RETURN(std::shared_ptr<const Plan> plan, PlanFor(a, to, DType::kF32, direct));
+      EXPECT_EQ(plan->steps.size(), 1u);
+      EXPECT_EQ(plan->steps.front().kind, StepKind::kSendRecv);
+      const Tensor global = GlobalFor(DType::kF32, shape, rep);
+      MF_ASSIGN_OR_RETURN(DTensor x, Distribute(global, a, rank));
+      Tensor local = x.local();
+      MF_RETURN_IF_ERROR(ExecutePlan(*plan, comms, local));
+      MF_ASSIGN_OR_RETURN(Tensor want, ReferenceLocal(global, to, rank));
+      std::lock_guard<std::mutex> lock(mu);
+      EXPECT_EQ(local, want) << "rep " << rep << " rank " << rank;
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    EXPECT_EQ(comms.send_recv_cache().size(), 2u) << "rank " << rank;
+    EXPECT_EQ(comms.send_recv_cache().misses(), 2) << "rank " << rank;
+    EXPECT_EQ(comms.send_recv_cache().hits(), 4) << "rank " << rank;
+    return Status();
+  });
+  EXPECT_TRUE(s.ok()) << s.ToString();
+}
+
 }  // namespace
 }  // namespace meshflow

@@ -18,6 +18,7 @@
 #include "meshflow/base/status.h"
 #include "meshflow/collectives/buffer_pool.h"
 #include "meshflow/collectives/communicator.h"
+#include "meshflow/collectives/send_recv_cache.h"
 #include "meshflow/mesh/device_mesh.h"
 
 namespace meshflow {
@@ -43,12 +44,17 @@ class MeshComms {
   // redistribution allocates nothing in steady state. Clear() it to free the memory.
   BufferPool& buffers() { return buffers_; }
 
+  // This rank's send_recv step bookkeeping (collectives/send_recv_cache.h): the executor computes
+  // a step's sends and receives once and reuses them on every later execution of an equal step.
+  SendRecvCache& send_recv_cache() { return send_recv_cache_; }
+
  private:
   MeshComms(std::shared_ptr<Communicator> world, DeviceMesh mesh) : world_(std::move(world)), mesh_(std::move(mesh)) {}
   std::shared_ptr<Communicator> world_;
   DeviceMesh mesh_;
   std::map<std::vector<int>, std::shared_ptr<Communicator>> groups_;
   BufferPool buffers_;
+  SendRecvCache send_recv_cache_;
 };
 
 }  // namespace meshflow

@@ -55,32 +55,241 @@ int64_t IndexOf(const DeviceMesh& mesh, const std::vector<int64_t>& c) {
   return i;
 }
 
-// Mesh indices of the group of `dims` containing index i, in flattened (row-major over `dims`
-// in the order given) order; *pos is i's position.
-std::vector<int64_t> GroupOf(const DeviceMesh& mesh, std::span<const int> dims, int64_t i, int64_t* pos) {
-  const std::vector<int64_t> base = CoordOf(mesh, i);
-  int64_t g = 1;
-  for (int d : dims) g *= mesh.dim_size(d);
-  std::vector<int64_t> out;
-  out.reserve(static_cast<size_t>(g));
-  std::vector<int64_t> c = base;
-  for (int64_t k = 0; k < g; ++k) {
-    int64_t rem = k;
-    for (int j = static_cast<int>(dims.size()) - 1; j >= 0; --j) {
-      c[dims[j]] = rem % mesh.dim_size(dims[j]);
-      rem /= mesh.dim_size(dims[j]);
-    }
-    out.push_back(IndexOf(mesh, c));
-  }
-  int64_t p = 0;
-  for (int d : dims) p = p * mesh.dim_size(d) + base[d];
-  if (pos != nullptr) *pos = p;
-  return out;
-}
-
 double BetaUs(double factor, int64_t bytes, double bw_gbps) {
   // 1 GB/s = 1e3 bytes per microsecond.
   return factor * static_cast<double>(bytes) / (bw_gbps * 1e3);
+}
+
+// Per mesh dim, the sorted start coordinates of the cells: coordinate ranges within which every
+// shard chain of `a` and `b` gives the same interval length at every level, whatever the
+// (reachable) length of the interval being split. torch.chunk of a length L > 0 into k parts
+// (chunk = ceil(L/k), q = L / chunk): parts 0..q-1 are full, part q holds L - q*chunk (if q < k),
+// parts q+1.. are empty; so the cuts are q and q+1 for every reachable L at that level.
+std::vector<std::vector<int64_t>> LengthCells(const Layout& a, const Layout& b) {
+  const DeviceMesh& mesh = a.mesh();
+  std::vector<std::vector<int64_t>> cuts(static_cast<size_t>(mesh.ndim()), std::vector<int64_t>{0});
+  std::vector<int64_t> lens, next;
+  for (const Layout* l : {&a, &b}) {
+    for (int t = 0; t < l->tensor_rank(); ++t) {
+      lens.assign(1, l->global_shape()[t]);
+      for (int m : l->shard_order()[t]) {
+        const int64_t k = mesh.dim_size(m);
+        next.clear();
+        for (int64_t len : lens) {
+          if (len == 0) {
+            next.push_back(0);
+            continue;
+          }
+          const int64_t chunk = (len + k - 1) / k;
+          const int64_t q = len / chunk;
+          next.push_back(chunk);
+          if (q < k) {
+            cuts[m].push_back(q);
+            next.push_back(len - q * chunk);
+          }
+          if (q + 1 < k) {
+            cuts[m].push_back(q + 1);
+            next.push_back(0);
+          }
+        }
+        std::sort(next.begin(), next.end());
+        next.erase(std::unique(next.begin(), next.end()), next.end());
+        lens.swap(next);
+      }
+    }
+  }
+  for (std::vector<int64_t>& c : cuts) {
+    std::sort(c.begin(), c.end());
+    c.erase(std::unique(c.begin(), c.end()), c.end());
+  }
+  return cuts;
+}
+
+// The intervals of `l`'s box at mesh coordinate `coord`, one per tensor dim (Layout::LocalBoxAt
+// without building a Box).
+void LocalIntervals(const Layout& l, std::span<const int64_t> coord, std::vector<Interval>& out) {
+  out.resize(static_cast<size_t>(l.tensor_rank()));
+  for (int t = 0; t < l.tensor_rank(); ++t) {
+    Interval iv{0, l.global_shape()[t]};
+    for (int m : l.shard_order()[t]) iv = ChunkOf(iv, l.mesh().dim_size(m), coord[m]);
+    out[t] = iv;
+  }
+}
+
+// Max over ranks of |to box| - |from box ∩ to box|, for steps whose boxes nest per tensor dim
+// (all_gather, all_to_all: then the count depends on interval lengths only), from one
+// representative rank per cell combination (LengthCells).
+//
+// A tensor dim with the same chain in both layouts contributes the same factor L to both counts;
+// its mesh dims shard nothing else, so the max is (product of those dims' longest L, at
+// coordinate 0) times the max over the other mesh dims: only those are enumerated.
+int64_t MaxElementsNotHeld(const Layout& from, const Layout& to) {
+  std::vector<std::vector<int64_t>> cells = LengthCells(from, to);
+  const size_t nd = cells.size();
+  for (int t = 0; t < from.tensor_rank(); ++t) {
+    if (from.shard_order()[t] != to.shard_order()[t]) continue;
+    for (int m : from.shard_order()[t]) cells[m].assign(1, 0);
+  }
+  std::vector<size_t> idx(nd, 0);
+  std::vector<int64_t> coord(nd, 0);
+  std::vector<Interval> fi, ti;
+  int64_t best = 0;
+  while (true) {
+    for (size_t m = 0; m < nd; ++m) coord[m] = cells[m][idx[m]];
+    LocalIntervals(from, coord, fi);
+    LocalIntervals(to, coord, ti);
+    int64_t whole = 1, held = 1;
+    for (size_t t = 0; t < ti.size(); ++t) {
+      whole *= ti[t].size();
+      const int64_t b = std::max(fi[t].begin, ti[t].begin), e = std::min(fi[t].end, ti[t].end);
+      held *= std::max<int64_t>(0, e - b);
+    }
+    best = std::max(best, whole - held);
+    size_t m = 0;
+    for (; m < nd; ++m) {
+      if (++idx[m] < cells[m].size()) break;
+      idx[m] = 0;
+    }
+    if (m == nd) break;
+  }
+  return best;
+}
+
+// Appends, for the chunks of `iv` split along chain[level..] (torch.chunk at every level) that are
+// non-empty and overlap `target`, the overlap length to `lens` and the chain coordinates to
+// `coords` (cc holds the coordinates of the levels above). Only overlapping chunks are visited:
+// at each level they are a contiguous range of chunk indices.
+void ChunksOverlapping(const DeviceMesh& mesh, const std::vector<int>& chain, size_t level, Interval iv,
+                       Interval target, std::vector<int64_t>& cc, std::vector<int64_t>& lens,
+                       std::vector<int64_t>& coords) {
+  const int64_t b = std::max(iv.begin, target.begin), e = std::min(iv.end, target.end);
+  if (iv.empty() || b >= e) return;
+  if (level == chain.size()) {
+    lens.push_back(e - b);
+    coords.insert(coords.end(), cc.begin(), cc.end());
+    return;
+  }
+  const int64_t k = mesh.dim_size(chain[level]);
+  const int64_t chunk = (iv.size() + k - 1) / k;
+  const int64_t lo = (b - iv.begin) / chunk;
+  const int64_t hi = std::min(k - 1, (e - 1 - iv.begin) / chunk);
+  for (int64_t x = lo; x <= hi; ++x) {
+    cc[level] = x;
+    ChunksOverlapping(mesh, chain, level + 1, ChunkOf(iv, k, x), target, cc, lens, coords);
+  }
+}
+
+// ModelStep's send_recv time and busiest rank's bytes, from the same transfers summed in the same
+// order (see ModelStepCost), without the (destination, block) pass of DirectTransfers.
+// With first_rank_only, only the destination at mesh index 0 is priced and `us` is its incoming
+// time (max_bytes_per_rank its bytes).
+// With bytes_per_rank, also fills every rank's received bytes (mesh().ranks() order).
+StatusOr<StepCost> SendRecvCost(const Layout& from, const Layout& to, int64_t esize, const Topology& topo,
+                                bool first_rank_only = false, std::vector<int64_t>* bytes_per_rank = nullptr) {
+  if (!(from.mesh() == to.mesh()) || from.global_shape() != to.global_shape() || from.HasPartial()) {
+    return DirectTransfers(from, to).status();
+  }
+  const DeviceMesh& mesh = from.mesh();
+  const int nd = mesh.ndim();
+  const int tr = from.tensor_rank();
+  const int64_t n = mesh.size();
+  const std::vector<int>& ranks = mesh.ranks();
+  // Replicate dims of the source (ascending) and their row-major holder spread.
+  std::vector<int> rep;
+  int64_t h_count = 1;
+  for (int m = 0; m < nd; ++m) {
+    if (!IsShard(from.placement(m))) {
+      rep.push_back(m);
+      h_count *= mesh.dim_size(m);
+    }
+  }
+  struct In {
+    int src_rank;
+    int64_t src_index;
+    double us;
+  };
+  std::vector<double> in_us(static_cast<size_t>(n), 0.0), out_us(static_cast<size_t>(n), 0.0);
+  int64_t max_bytes = 0;
+  std::vector<Interval> ti;
+  // Per tensor dim, the non-empty source chunks overlapping the destination's interval: overlap
+  // lengths, and their chain coordinates (flat, chain order).
+  std::vector<std::vector<int64_t>> over_len(static_cast<size_t>(tr)), over_coords(static_cast<size_t>(tr));
+  std::vector<int64_t> cc;
+  std::vector<In> mine;
+  std::vector<int64_t> h(static_cast<size_t>(nd));
+  std::vector<size_t> idx(static_cast<size_t>(tr));
+  std::vector<int> path;
+  const int64_t dst_end = first_rank_only ? std::min<int64_t>(n, 1) : n;
+  for (int64_t i = 0; i < dst_end; ++i) {
+    const std::vector<int64_t> c = CoordOf(mesh, i);
+    LocalIntervals(to, c, ti);
+    bool any = true;
+    for (int t = 0; t < tr && any; ++t) {
+      const std::vector<int>& chain = from.shard_order()[t];
+      over_len[t].clear();
+      over_coords[t].clear();
+      cc.assign(chain.size(), 0);
+      ChunksOverlapping(mesh, chain, 0, Interval{0, from.global_shape()[t]}, ti[t], cc, over_len[t], over_coords[t]);
+      any = !over_len[t].empty();
+    }
+    if (!any) continue;
+    // Holder coordinates on the Replicate dims: row-major over them of i % h_count.
+    {
+      int64_t rem = i % h_count;
+      for (int j = static_cast<int>(rep.size()) - 1; j >= 0; --j) {
+        h[rep[j]] = rem % mesh.dim_size(rep[j]);
+        rem /= mesh.dim_size(rep[j]);
+      }
+    }
+    mine.clear();
+    int64_t bytes_in = 0;
+    std::fill(idx.begin(), idx.end(), 0);
+    while (true) {
+      int64_t elems = 1;
+      bool own = true;
+      for (int t = 0; t < tr; ++t) {
+        elems *= over_len[t][idx[t]];
+        const std::vector<int>& chain = from.shard_order()[t];
+        const int64_t* pc = over_coords[t].data() + idx[t] * chain.size();
+        for (size_t j = 0; j < chain.size(); ++j) {
+          h[chain[j]] = pc[j];
+          own = own && pc[j] == c[chain[j]];
+        }
+      }
+      if (!own) {
+        path.clear();
+        for (int d = 0; d < nd; ++d) {
+          if (h[d] != c[d]) path.push_back(d);
+        }
+        const Link link = LinkOf(topo, path);
+        const int64_t bytes = elems * esize;
+        const int64_t hi = IndexOf(mesh, h);
+        mine.push_back(In{ranks[hi], hi, link.alpha_us + BetaUs(1.0, bytes, link.bw_gbps)});
+        bytes_in += bytes;
+      }
+      int t = 0;
+      for (; t < tr; ++t) {
+        if (++idx[t] < over_len[t].size()) break;
+        idx[t] = 0;
+      }
+      if (t == tr) break;
+    }
+    std::sort(mine.begin(), mine.end(), [](const In& a, const In& b) { return a.src_rank < b.src_rank; });
+    for (const In& x : mine) {
+      in_us[i] += x.us;
+      out_us[x.src_index] += x.us;
+    }
+    max_bytes = std::max(max_bytes, bytes_in);
+    if (bytes_per_rank != nullptr) (*bytes_per_rank)[i] = bytes_in;
+  }
+  StepCost out;
+  out.max_bytes_per_rank = max_bytes;
+  if (first_rank_only) {
+    out.us = n > 0 ? in_us[0] : 0.0;
+    return out;
+  }
+  for (int64_t i = 0; i < n; ++i) out.us = std::max(out.us, std::max(in_us[i], out_us[i]));
+  return out;
 }
 
 }  // namespace
@@ -223,24 +432,10 @@ StatusOr<StepModel> ModelStep(const PlanStep& step, DType dtype, const Topology&
   if (IsLocalStep(step.kind)) return out;
 
   if (step.kind == StepKind::kSendRecv) {
-    MF_ASSIGN_OR_RETURN(std::vector<Transfer> transfers, DirectTransfers(step.from, step.to));
-    std::vector<double> in_us(static_cast<size_t>(n), 0.0), out_us(static_cast<size_t>(n), 0.0);
-    for (const Transfer& t : transfers) {
-      MF_ASSIGN_OR_RETURN(int si, mesh.IndexOf(t.src_rank));
-      MF_ASSIGN_OR_RETURN(int di, mesh.IndexOf(t.dst_rank));
-      const std::vector<int64_t> sc = CoordOf(mesh, si), dc = CoordOf(mesh, di);
-      std::vector<int> path;
-      for (int d = 0; d < mesh.ndim(); ++d) {
-        if (sc[d] != dc[d]) path.push_back(d);
-      }
-      const Link link = LinkOf(topo, path);
-      const int64_t bytes = t.box.NumElements() * esize;
-      const double us = link.alpha_us + BetaUs(1.0, bytes, link.bw_gbps);
-      in_us[di] += us;
-      out_us[si] += us;
-      out.bytes_per_rank[di] += bytes;
-    }
-    for (int64_t i = 0; i < n; ++i) out.us = std::max(out.us, std::max(in_us[i], out_us[i]));
+    // DirectTransfers' transfers, found per destination from the overlapping source chunks and
+    // summed in the same order (SendRecvCost).
+    MF_ASSIGN_OR_RETURN(StepCost c, SendRecvCost(step.from, step.to, esize, topo, false, &out.bytes_per_rank));
+    out.us = c.us;
     return out;
   }
 
@@ -267,19 +462,19 @@ StatusOr<StepModel> ModelStep(const PlanStep& step, DType dtype, const Topology&
       break;
     case StepKind::kAllReduce:
       for (int64_t i = 0; i < n; ++i) {
+        // Position in the group: row-major over mesh_dims in the order given.
+        const std::vector<int64_t> c = CoordOf(mesh, i);
         int64_t pos = 0;
-        GroupOf(mesh, step.mesh_dims, i, &pos);
+        for (int d : step.mesh_dims) pos = pos * mesh.dim_size(d) + c[d];
         out.bytes_per_rank[i] = AllReduceElementsReceived(from[i].NumElements(), g, pos) * esize;
       }
       out.us = AllReduceUs(g, max_from * esize, link);
       break;
     case StepKind::kAllToAll:
+      // The group's source boxes tile the gathered box, which holds every member's target box:
+      // the sum over the other members q of |from(q) ∩ to(i)| is |to(i)| - |from(i) ∩ to(i)|.
       for (int64_t i = 0; i < n; ++i) {
-        int64_t elems = 0;
-        for (int64_t q : GroupOf(mesh, step.mesh_dims, i, nullptr)) {
-          if (q != i) elems += Intersect(from[q], to[i]).NumElements();
-        }
-        out.bytes_per_rank[i] = elems * esize;
+        out.bytes_per_rank[i] = (to[i].NumElements() - Intersect(from[i], to[i]).NumElements()) * esize;
       }
       out.us = AllToAllUs(g, std::max(max_from, max_to) * esize, link);
       break;
@@ -287,6 +482,67 @@ StatusOr<StepModel> ModelStep(const PlanStep& step, DType dtype, const Topology&
       break;
   }
   return out;
+}
+
+int64_t MaxLocalElements(const Layout& layout) {
+  const std::vector<int64_t> zero(static_cast<size_t>(layout.mesh().ndim()), 0);
+  std::vector<Interval> iv;
+  LocalIntervals(layout, zero, iv);
+  int64_t e = 1;
+  for (const Interval& i : iv) e *= i.size();
+  return e;
+}
+
+StatusOr<StepCost> ModelStepCost(const PlanStep& step, DType dtype, const Topology& topo) {
+  const DeviceMesh& mesh = step.from.mesh();
+  const int64_t esize = DTypeSize(dtype);
+  for (int d : step.mesh_dims) {
+    if (d < 0 || d >= mesh.ndim()) {
+      return OutOfRangeError("step " + std::string(StepKindName(step.kind)) + " names mesh dim " +
+                             std::to_string(d) + " of a " + std::to_string(mesh.ndim()) + "-D mesh");
+    }
+  }
+  StepCost out;
+  if (IsLocalStep(step.kind)) return out;
+  if (step.kind == StepKind::kSendRecv) return SendRecvCost(step.from, step.to, esize, topo);
+  int64_t g = 1;
+  for (int d : step.mesh_dims) g *= mesh.dim_size(d);
+  const Link link = LinkOf(topo, step.mesh_dims);
+  const int64_t max_from = MaxLocalElements(step.from);
+  const int64_t max_to = MaxLocalElements(step.to);
+  switch (step.kind) {
+    case StepKind::kAllGather:
+      out.max_bytes_per_rank = MaxElementsNotHeld(step.from, step.to) * esize;
+      out.us = AllGatherUs(g, max_to * esize, link);
+      break;
+    case StepKind::kReduceScatter:
+      out.max_bytes_per_rank = (g - 1) * max_to * esize;
+      out.us = ReduceScatterUs(g, max_from * esize, link);
+      break;
+    case StepKind::kAllReduce:
+      // count + (g-2)*|chunk p| grows with count and is largest at p = 0; the rank at coordinate
+      // (0,...,0) has both the largest count and group position 0.
+      out.max_bytes_per_rank = AllReduceElementsReceived(max_from, g, 0) * esize;
+      out.us = AllReduceUs(g, max_from * esize, link);
+      break;
+    case StepKind::kAllToAll:
+      // The group's source boxes tile the gathered box, which holds every member's target box:
+      // the elements received from the others are those of the target box not in the own source box.
+      out.max_bytes_per_rank = MaxElementsNotHeld(step.from, step.to) * esize;
+      out.us = AllToAllUs(g, std::max(max_from, max_to) * esize, link);
+      break;
+    default:
+      break;
+  }
+  return out;
+}
+
+StatusOr<StepCost> SendRecvFirstRankUs(const PlanStep& step, DType dtype, const Topology& topo) {
+  if (step.kind != StepKind::kSendRecv) {
+    return InvalidArgumentError("SendRecvFirstRankUs needs a send_recv step, got " +
+                                std::string(StepKindName(step.kind)));
+  }
+  return SendRecvCost(step.from, step.to, DTypeSize(dtype), topo, /*first_rank_only=*/true);
 }
 
 Status FillPlanCosts(Plan& plan, const Topology& topo) {

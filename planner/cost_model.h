@@ -117,6 +117,31 @@ struct StepModel {
 // send_recv, the errors of DirectTransfers.
 StatusOr<StepModel> ModelStep(const PlanStep& step, DType dtype, const Topology& topo);
 
+// The search's view of one step: ModelStep's `us` (the same double) and the max over ranks of
+// its bytes_per_rank, without the per-rank model of collectives. Collectives: per mesh dim, the
+// coordinates split into a few cells (torch.chunk gives at most three lengths per level: full
+// chunk, remainder, empty) within which every chain of both layouts yields the same interval
+// lengths, so one representative rank per cell combination gives every per-rank count that
+// depends only on lengths; the number of cells depends on the shapes and mesh dims, not on the
+// rank count. send_recv: the exact per-rank sums of ModelStep (same transfers, same summation
+// order), found per destination from the source chunks overlapping its box on each tensor dim
+// (no pass over every (destination, block) pair). Errors: as ModelStep.
+struct StepCost {
+  double us = 0;
+  int64_t max_bytes_per_rank = 0;
+};
+StatusOr<StepCost> ModelStepCost(const PlanStep& step, DType dtype, const Topology& topo);
+
+// A lower bound of a send_recv step's ModelStepCost: `us` is the incoming time of the rank at
+// mesh index 0, summed exactly as ModelStep sums it (so never above ModelStep's us, which is the
+// max over ranks of max(incoming, outgoing)); max_bytes_per_rank is that rank's bytes. One
+// destination's overlaps instead of every destination's. Errors: not a send_recv step; as ModelStep.
+StatusOr<StepCost> SendRecvFirstRankUs(const PlanStep& step, DType dtype, const Topology& topo);
+
+// Max over ranks of the local box's element count: the box at mesh coordinate (0,...,0) (the
+// first torch.chunk at every level is the longest, and tensor dims use disjoint mesh dims). O(dims).
+int64_t MaxLocalElements(const Layout& layout);
+
 // Fills every step's bytes_per_rank and modelled_us, and the plan's modelled_us,
 // bytes_received_per_rank, max_bytes_received_per_rank and lower_bound_bytes_per_rank.
 Status FillPlanCosts(Plan& plan, const Topology& topo);

@@ -32,6 +32,21 @@ struct Transfer {
 // or shapes; a Partial source.
 StatusOr<std::vector<Transfer>> DirectTransfers(const Layout& from, const Layout& to);
 
+// The transfers of DirectTransfers(from, to) in which world rank `rank` is the source or the
+// destination, in the same order (DirectTransfers filtered to the rank): what one rank of a
+// send_recv step sends and receives, found by arithmetic instead of over the world.
+//
+// Receives: per tensor dim, the source chunks overlapping the rank's target interval (the torch.chunk
+// inverse, level by level down the shard order); their product is the source blocks that overlap
+// the target box, each taken from the holder the replica rule picks. Sends: likewise the target
+// chunks overlapping the rank's source box give the destination coordinates on the target's
+// sharding mesh dims; the other mesh dims are enumerated keeping only destinations whose replica
+// rule picks this rank (the innermost by solving the congruence). Cost: O(peers x (tensor rank +
+// mesh ndim)) plus one IndexOf; with Replicate source dims and Replicate/Partial target dims, up to
+// the outer free-dim combinations that pick another replica are visited too (never the world).
+// Errors: those of DirectTransfers; `rank` not in the mesh.
+StatusOr<std::vector<Transfer>> DirectTransfersOfRank(const Layout& from, const Layout& to, int rank);
+
 // Per rank r (mesh().ranks() order), for a Partial-free source:
 //
 //   G(r) = r's group over the target's Partial mesh dims ({r} when the target has none),

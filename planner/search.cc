@@ -1,6 +1,7 @@
 #include "meshflow/planner/search.h"
 
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <queue>
 #include <tuple>
@@ -105,8 +106,11 @@ Status CheckPlannable(const Layout& from, const Layout& to) {
   return Status();
 }
 
-StatusOr<std::vector<PlanStep>> Successors(const Layout& state, const Layout& target, DType dtype,
-                                           const Topology& topo) {
+namespace {
+
+// The search's edges from `state` towards `target`, in the fixed edge order, without costs. The
+// send_recv edge, when there is one, is the last.
+StatusOr<std::vector<PlanStep>> Edges(const Layout& state, const Layout& target) {
   std::vector<PlanStep> out;
   const int nd = state.mesh().ndim();
   const int tr = state.tensor_rank();
@@ -169,11 +173,20 @@ StatusOr<std::vector<PlanStep>> Successors(const Layout& state, const Layout& ta
     MF_ASSIGN_OR_RETURN(Layout direct_to, WithoutPartial(target));
     if (!(direct_to == state)) MF_RETURN_IF_ERROR(add(SendRecvStep(state, direct_to)));
   }
+  return out;
+}
+
+}  // namespace
+
+StatusOr<std::vector<PlanStep>> Successors(const Layout& state, const Layout& target, DType dtype,
+                                           const Topology& topo) {
+  MF_ASSIGN_OR_RETURN(std::vector<PlanStep> out, Edges(state, target));
+  // The search needs each edge's time and busiest-rank bytes only (ModelStepCost: no per-rank
+  // model); FillPlanCosts models the chosen plan's steps in full.
   for (PlanStep& s : out) {
-    MF_ASSIGN_OR_RETURN(StepModel m, ModelStep(s, dtype, topo));
-    s.modelled_us = m.us;
-    s.bytes_per_rank = 0;
-    for (int64_t b : m.bytes_per_rank) s.bytes_per_rank = std::max(s.bytes_per_rank, b);
+    MF_ASSIGN_OR_RETURN(StepCost c, ModelStepCost(s, dtype, topo));
+    s.modelled_us = c.us;
+    s.bytes_per_rank = c.max_bytes_per_rank;
   }
   return out;
 }
@@ -183,47 +196,104 @@ StatusOr<Plan> PlanRedistribution(const Layout& from, const Layout& to, DType dt
   MF_RETURN_IF_ERROR(CheckPlannable(from, to));
   Plan plan = EmptyPlan(from, to, dtype, "optimal");
   if (!(from == to)) {
+    // Dijkstra over states. A relaxation carries a stamp (expansion index of its parent, edge
+    // index): relaxations happen in stamp order, except the send_recv edges, which are deferred:
+    // pricing one needs a pass over every destination rank, and most are never on a competitive
+    // path. At expansion, a send_recv edge only reserves its target's state id (ids, and so the
+    // queue's tie order, are what eager relaxation would give) and queues a placeholder keyed by
+    // a lower bound of its path cost (the exact incoming time of the first rank, ModelStepCost's
+    // sum for it), ordered before real entries of equal key. When the placeholder pops it is
+    // priced and relaxed unless its state is done; ties on cost go to the smaller stamp. Every
+    // entry popped before it has a key below the edge's true cost, so the result (dist, parent,
+    // via of every state popped, and the pop order) equals relaxing every edge eagerly in stamp
+    // order, where the first of equal-cost paths wins.
+    constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+    const PathCost kUnreached{kMax, kMax, kMax};
+    using Stamp = std::pair<int64_t, int>;
     std::vector<Layout> states{from};
     std::map<std::vector<int>, int> ids{{StateKey(from), 0}};
     std::vector<PathCost> dist{PathCost{0, 0, 0}};
+    std::vector<Stamp> stamp{Stamp{-1, 0}};
     std::vector<int> parent{-1};
     std::vector<std::optional<PlanStep>> via{std::nullopt};
     std::vector<bool> done{false};
-    using Entry = std::pair<PathCost, int>;
+    struct Deferred {
+      PlanStep step;
+      int parent;
+      PathCost parent_cost;
+      Stamp stamp;
+      int target_id;
+    };
+    std::vector<Deferred> deferred;
+    using Entry = std::pair<PathCost, int>;  // id >= 0: a state; id < 0: deferred[-id - 1]
     std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> queue;
     queue.push({dist[0], 0});
     const std::vector<int> target_key = StateKey(to);
     int found = -1;
+    int64_t expansions = 0;
+    auto relax = [&](int nid, const PathCost& c, const Stamp& st, int pid, PlanStep& step) {
+      if (done[nid]) return;
+      if (c < dist[nid] || (c == dist[nid] && st < stamp[nid])) {
+        const bool lower = c < dist[nid];
+        dist[nid] = c;
+        stamp[nid] = st;
+        parent[nid] = pid;
+        via[nid] = std::move(step);
+        if (lower) queue.push({c, nid});
+      }
+    };
     while (!queue.empty()) {
       const auto [cost, id] = queue.top();
       queue.pop();
+      if (id < 0) {
+        Deferred& d = deferred[static_cast<size_t>(-id - 1)];
+        if (done[d.target_id]) continue;
+        MF_ASSIGN_OR_RETURN(StepCost sc, ModelStepCost(d.step, dtype, topo));
+        d.step.modelled_us = sc.us;
+        d.step.bytes_per_rank = sc.max_bytes_per_rank;
+        const PathCost c{std::get<0>(d.parent_cost) + CostUnits(sc.us), std::get<1>(d.parent_cost) + sc.max_bytes_per_rank,
+                         std::get<2>(d.parent_cost) + 1};
+        relax(d.target_id, c, d.stamp, d.parent, d.step);
+        continue;
+      }
       if (done[id] || cost != dist[id]) continue;
       done[id] = true;
+      const int64_t expansion = expansions++;
       if (StateKey(states[id]) == target_key) {
         found = id;
         break;
       }
       const Layout state = states[id];
-      MF_ASSIGN_OR_RETURN(std::vector<PlanStep> next, Successors(state, to, dtype, topo));
-      for (PlanStep& step : next) {
-        const PathCost c{std::get<0>(cost) + CostUnits(step.modelled_us), std::get<1>(cost) + step.bytes_per_rank,
-                         std::get<2>(cost) + 1};
+      MF_ASSIGN_OR_RETURN(std::vector<PlanStep> next, Edges(state, to));
+      for (size_t e = 0; e < next.size(); ++e) {
+        PlanStep& step = next[e];
+        const Stamp st{expansion, static_cast<int>(e)};
         std::vector<int> key = StateKey(step.to);
         auto [it, inserted] = ids.emplace(std::move(key), static_cast<int>(states.size()));
         const int nid = it->second;
         if (inserted) {
           states.push_back(step.to);
-          dist.push_back(c);
-          parent.push_back(id);
-          via.emplace_back(std::move(step));
+          dist.push_back(kUnreached);
+          stamp.push_back(st);
+          parent.push_back(-1);
+          via.emplace_back(std::nullopt);
           done.push_back(false);
-          queue.push({c, nid});
-        } else if (!done[nid] && c < dist[nid]) {
-          dist[nid] = c;
-          parent[nid] = id;
-          via[nid] = std::move(step);
-          queue.push({c, nid});
         }
+        if (done[nid]) continue;  // eager relaxation would change nothing either
+        if (step.kind == StepKind::kSendRecv) {
+          MF_ASSIGN_OR_RETURN(StepCost lb, SendRecvFirstRankUs(step, dtype, topo));
+          const PathCost key_lb{std::get<0>(cost) + CostUnits(lb.us), std::get<1>(cost), std::get<2>(cost) + 1};
+          if (!(key_lb < dist[nid])) continue;  // the true cost is no lower: never relaxed
+          deferred.push_back(Deferred{std::move(step), id, cost, st, nid});
+          queue.push({key_lb, -static_cast<int>(deferred.size())});
+          continue;
+        }
+        MF_ASSIGN_OR_RETURN(StepCost sc, ModelStepCost(step, dtype, topo));
+        step.modelled_us = sc.us;
+        step.bytes_per_rank = sc.max_bytes_per_rank;
+        const PathCost c{std::get<0>(cost) + CostUnits(sc.us), std::get<1>(cost) + sc.max_bytes_per_rank,
+                         std::get<2>(cost) + 1};
+        relax(nid, c, st, id, step);
       }
     }
     if (found < 0) {

@@ -16,7 +16,11 @@
 //                   per tensor dim (only when the target has Partial, never for avg)
 //   send_recv       from every Partial-free state to the target with its Partial dims replaced
 //                   by Replicate (then local_partial finishes a Partial target)
-// Edge weights are the cost model's step times (cost_model.h). Paths compare by (modelled time
+// Edge weights are the cost model's step times (cost_model.h; the search prices edges with
+// ModelStepCost, which equals ModelStep's time and busiest-rank bytes without a per-rank pass).
+// send_recv edges are priced lazily: queued under a lower bound of their cost (the first rank's
+// incoming time) and priced when that bound is reached, with relaxation stamps so that the
+// result equals eager relaxation in edge order. Paths compare by (modelled time
 // in integer picoseconds, sum of the steps' bytes_per_rank, number of steps); remaining ties go
 // to the first path found in the fixed edge order above, so plans are deterministic.
 //

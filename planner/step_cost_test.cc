@@ -1,0 +1,376 @@
+// ModelStepCost (the search's per-edge time and busiest-rank bytes, computed from a few
+// representative ranks and, for send_recv, per-destination overlaps) against the per-rank model
+// ModelStep: the same double for the time and the same max bytes, on every edge the search
+// generates from random layouts (1-D to 4-D meshes, uneven and zero sizes, empty shards, explicit
+// shard orders, Partial), plus send_recv between random Partial-free layouts and permuted rank
+// lists. MaxLocalElements against AllLocalBoxes.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <optional>
+#include <queue>
+#include <tuple>
+#include <numeric>
+#include <random>
+
+#include "meshflow/planner/cost_model.h"
+#include "meshflow/planner/direct.h"
+#include "meshflow/planner/search.h"
+#include "meshflow/planner/transforms.h"
+
+namespace meshflow {
+namespace {
+
+struct Gen {
+  std::mt19937 rng;
+  int Uniform(int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); }
+
+  DeviceMesh Mesh() {
+    static const std::vector<std::vector<int64_t>> kMeshes = {
+        {1},    {2},       {3},       {5},       {8},          {2, 2},       {2, 3},      {3, 2},
+        {4, 3}, {1, 4},    {5, 2},    {2, 2, 2}, {2, 1, 3},    {3, 2, 2},    {2, 2, 2, 2}, {2, 3, 1, 2},
+        {4, 2}, {3, 3},    {2, 4, 2}, {1, 2, 3, 2}};
+    const std::vector<int64_t>& shape = kMeshes[Uniform(0, static_cast<int>(kMeshes.size()) - 1)];
+    int64_t n = 1;
+    for (int64_t s : shape) n *= s;
+    std::vector<int> ranks(static_cast<size_t>(n));
+    std::iota(ranks.begin(), ranks.end(), 0);
+    if (Uniform(0, 3) == 0) {
+      std::shuffle(ranks.begin(), ranks.end(), rng);  // world ranks not in mesh order
+      return *DeviceMesh::CreateWithRanks(shape, ranks);
+    }
+    return *DeviceMesh::Create(shape);
+  }
+  std::vector<int64_t> Shape() {
+    std::vector<int64_t> s(static_cast<size_t>(Uniform(0, 4)));
+    for (int64_t& d : s) d = Uniform(0, 9) == 0 ? 0 : Uniform(1, 13);
+    return s;
+  }
+  Layout RandomLayout(const std::vector<int64_t>& shape, const DeviceMesh& mesh, bool allow_partial) {
+    while (true) {
+      Placements ps;
+      const int tmax = static_cast<int>(shape.size()) - 1;
+      const int tcap = Uniform(0, 1) ? std::min(1, tmax) : tmax;
+      for (int m = 0; m < mesh.ndim(); ++m) {
+        const int k = Uniform(0, 5);
+        if (k <= 1 && allow_partial) {
+          ps.push_back(Partial{ReduceOp::kSum});
+        } else if (k <= 2 || tmax < 0) {
+          ps.push_back(Replicate{});
+        } else {
+          ps.push_back(Shard{Uniform(0, tcap)});
+        }
+      }
+      StatusOr<Layout> l = Layout::Create(shape, mesh, ps);
+      if (!l.ok()) continue;
+      if (Uniform(0, 1) == 0) {
+        ShardOrder order = l->shard_order();
+        for (auto& o : order) std::shuffle(o.begin(), o.end(), rng);
+        StatusOr<Layout> lo = Layout::Create(shape, mesh, ps, order);
+        if (lo.ok()) return *lo;
+      }
+      return *l;
+    }
+  }
+  Topology Topo() {
+    Topology t;
+    if (Uniform(0, 1) == 0) {
+      std::vector<int> intra;
+      for (int m = 0; m < 4; ++m) {
+        if (Uniform(0, 1)) intra.push_back(m);
+      }
+      t.intra_dims = intra;
+      t.bw_inter_gbps = 12.5;
+      t.lat_inter_us = 7.0;
+    }
+    return t;
+  }
+};
+
+// The per-rank model as it was before (every (destination, block) pair for send_recv, every group
+// member for all_to_all): the reference ModelStep and ModelStepCost must equal.
+std::vector<int64_t> CoordOf(const DeviceMesh& mesh, int64_t i) {
+  std::vector<int64_t> c(static_cast<size_t>(mesh.ndim()));
+  for (int d = mesh.ndim() - 1; d >= 0; --d) {
+    c[d] = i % mesh.dim_size(d);
+    i /= mesh.dim_size(d);
+  }
+  return c;
+}
+
+int64_t IndexOf(const DeviceMesh& mesh, const std::vector<int64_t>& c) {
+  int64_t i = 0;
+  for (int d = 0; d < mesh.ndim(); ++d) i = i * mesh.dim_size(d) + c[d];
+  return i;
+}
+
+std::vector<int64_t> GroupOf(const DeviceMesh& mesh, const std::vector<int>& dims, int64_t i, int64_t* pos) {
+  const std::vector<int64_t> base = CoordOf(mesh, i);
+  int64_t g = 1;
+  for (int d : dims) g *= mesh.dim_size(d);
+  std::vector<int64_t> out;
+  std::vector<int64_t> c = base;
+  for (int64_t k = 0; k < g; ++k) {
+    int64_t rem = k;
+    for (int j = static_cast<int>(dims.size()) - 1; j >= 0; --j) {
+      c[dims[j]] = rem % mesh.dim_size(dims[j]);
+      rem /= mesh.dim_size(dims[j]);
+    }
+    out.push_back(IndexOf(mesh, c));
+  }
+  int64_t p = 0;
+  for (int d : dims) p = p * mesh.dim_size(d) + base[d];
+  if (pos != nullptr) *pos = p;
+  return out;
+}
+
+StatusOr<StepModel> ReferenceModel(const PlanStep& step, DType dtype, const Topology& topo) {
+  const DeviceMesh& mesh = step.from.mesh();
+  const int64_t n = mesh.size();
+  const int64_t esize = DTypeSize(dtype);
+  StepModel out;
+  out.bytes_per_rank.assign(static_cast<size_t>(n), 0);
+  for (int d : step.mesh_dims) {
+    if (d < 0 || d >= mesh.ndim()) return OutOfRangeError("mesh dim");
+  }
+  if (IsLocalStep(step.kind)) return out;
+  if (step.kind == StepKind::kSendRecv) {
+    MF_ASSIGN_OR_RETURN(std::vector<Transfer> transfers, DirectTransfers(step.from, step.to));
+    std::vector<double> in_us(static_cast<size_t>(n), 0.0), out_us(static_cast<size_t>(n), 0.0);
+    for (const Transfer& t : transfers) {
+      MF_ASSIGN_OR_RETURN(int si, mesh.IndexOf(t.src_rank));
+      MF_ASSIGN_OR_RETURN(int di, mesh.IndexOf(t.dst_rank));
+      const std::vector<int64_t> sc = CoordOf(mesh, si), dc = CoordOf(mesh, di);
+      std::vector<int> path;
+      for (int d = 0; d < mesh.ndim(); ++d) {
+        if (sc[d] != dc[d]) path.push_back(d);
+      }
+      const Link link = LinkOf(topo, path);
+      const int64_t bytes = t.box.NumElements() * esize;
+      const double us = link.alpha_us + static_cast<double>(bytes) / (link.bw_gbps * 1e3);
+      in_us[di] += us;
+      out_us[si] += us;
+      out.bytes_per_rank[di] += bytes;
+    }
+    for (int64_t i = 0; i < n; ++i) out.us = std::max(out.us, std::max(in_us[i], out_us[i]));
+    return out;
+  }
+  const std::vector<Box> from = step.from.AllLocalBoxes();
+  const std::vector<Box> to = step.to.AllLocalBoxes();
+  int64_t g = 1;
+  for (int d : step.mesh_dims) g *= mesh.dim_size(d);
+  const Link link = LinkOf(topo, step.mesh_dims);
+  int64_t max_from = 0, max_to = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    max_from = std::max(max_from, from[i].NumElements());
+    max_to = std::max(max_to, to[i].NumElements());
+  }
+  switch (step.kind) {
+    case StepKind::kAllGather:
+      for (int64_t i = 0; i < n; ++i) {
+        out.bytes_per_rank[i] = (to[i].NumElements() - Intersect(from[i], to[i]).NumElements()) * esize;
+      }
+      out.us = AllGatherUs(g, max_to * esize, link);
+      break;
+    case StepKind::kReduceScatter:
+      for (int64_t i = 0; i < n; ++i) out.bytes_per_rank[i] = (g - 1) * to[i].NumElements() * esize;
+      out.us = ReduceScatterUs(g, max_from * esize, link);
+      break;
+    case StepKind::kAllReduce:
+      for (int64_t i = 0; i < n; ++i) {
+        int64_t pos = 0;
+        GroupOf(mesh, step.mesh_dims, i, &pos);
+        out.bytes_per_rank[i] = AllReduceElementsReceived(from[i].NumElements(), g, pos) * esize;
+      }
+      out.us = AllReduceUs(g, max_from * esize, link);
+      break;
+    case StepKind::kAllToAll:
+      for (int64_t i = 0; i < n; ++i) {
+        int64_t elems = 0;
+        for (int64_t q : GroupOf(mesh, step.mesh_dims, i, nullptr)) {
+          if (q != i) elems += Intersect(from[q], to[i]).NumElements();
+        }
+        out.bytes_per_rank[i] = elems * esize;
+      }
+      out.us = AllToAllUs(g, std::max(max_from, max_to) * esize, link);
+      break;
+    default:
+      break;
+  }
+  return out;
+}
+
+void ExpectSame(const PlanStep& step, DType dtype, const Topology& topo, int* checked) {
+  StatusOr<StepModel> full = ReferenceModel(step, dtype, topo);
+  StatusOr<StepModel> model = ModelStep(step, dtype, topo);
+  StatusOr<StepCost> fast = ModelStepCost(step, dtype, topo);
+  ASSERT_EQ(full.ok(), fast.ok()) << step.from.ToString() << " -> " << step.to.ToString();
+  ASSERT_EQ(full.ok(), model.ok()) << step.from.ToString() << " -> " << step.to.ToString();
+  if (!full.ok()) return;
+  EXPECT_EQ(model->us, full->us) << StepKindName(step.kind) << " " << step.from.ToString() << " -> "
+                                 << step.to.PlacementsString();
+  EXPECT_EQ(model->bytes_per_rank, full->bytes_per_rank)
+      << StepKindName(step.kind) << " " << step.from.ToString() << " -> " << step.to.PlacementsString();
+  int64_t max_bytes = 0;
+  for (int64_t b : full->bytes_per_rank) max_bytes = std::max(max_bytes, b);
+  EXPECT_EQ(fast->us, full->us) << StepKindName(step.kind) << " " << step.from.ToString() << " -> "
+                                << step.to.PlacementsString();
+  EXPECT_EQ(fast->max_bytes_per_rank, max_bytes)
+      << StepKindName(step.kind) << " " << step.from.ToString() << " -> " << step.to.PlacementsString();
+  ++*checked;
+}
+
+TEST(StepCostTest, MaxLocalElementsMatchesEnumeration) {
+  Gen gen{std::mt19937(7)};
+  for (int i = 0; i < 3000; ++i) {
+    const DeviceMesh mesh = gen.Mesh();
+    const Layout l = gen.RandomLayout(gen.Shape(), mesh, true);
+    int64_t best = 0;
+    for (const Box& b : l.AllLocalBoxes()) best = std::max(best, b.NumElements());
+    ASSERT_EQ(MaxLocalElements(l), best) << l.ToString();
+  }
+}
+
+TEST(StepCostTest, EverySearchEdgeMatchesThePerRankModel) {
+  Gen gen{std::mt19937(2024)};
+  static const DType kTypes[] = {DType::kF32, DType::kBF16, DType::kI64};
+  int checked = 0;
+  int kinds[8] = {};
+  for (int i = 0; i < 1500; ++i) {
+    const DeviceMesh mesh = gen.Mesh();
+    const std::vector<int64_t> shape = gen.Shape();
+    const Layout from = gen.RandomLayout(shape, mesh, true);
+    const Layout to = gen.RandomLayout(shape, mesh, true);
+    if (from.partial_op() && to.partial_op() && *from.partial_op() != *to.partial_op()) continue;
+    const Topology topo = gen.Topo();
+    const DType dtype = kTypes[gen.Uniform(0, 2)];
+    StatusOr<std::vector<PlanStep>> next = Successors(from, to, dtype, topo);
+    ASSERT_TRUE(next.ok()) << next.status();
+    for (const PlanStep& s : *next) {
+      ++kinds[static_cast<int>(s.kind)];
+      ExpectSame(s, dtype, topo, &checked);
+      // Successors fills exactly these numbers.
+      StatusOr<StepCost> c = ModelStepCost(s, dtype, topo);
+      ASSERT_TRUE(c.ok());
+      EXPECT_EQ(s.modelled_us, c->us);
+      EXPECT_EQ(s.bytes_per_rank, c->max_bytes_per_rank);
+    }
+  }
+  EXPECT_GT(checked, 10000);
+  for (StepKind k : {StepKind::kAllGather, StepKind::kReduceScatter, StepKind::kAllReduce, StepKind::kAllToAll,
+                     StepKind::kSendRecv}) {
+    EXPECT_GT(kinds[static_cast<int>(k)], 200) << StepKindName(k);
+  }
+}
+
+TEST(StepCostTest, SendRecvBetweenRandomLayoutsMatchesThePerRankModel) {
+  Gen gen{std::mt19937(99)};
+  int checked = 0;
+  for (int i = 0; i < 4000; ++i) {
+    const DeviceMesh mesh = gen.Mesh();
+    const std::vector<int64_t> shape = gen.Shape();
+    const Layout from = gen.RandomLayout(shape, mesh, false);
+    const Layout to = gen.RandomLayout(shape, mesh, false);
+    StatusOr<PlanStep> s = SendRecvStep(from, to);
+    if (!s.ok()) continue;
+    ExpectSame(*s, DType::kF32, gen.Topo(), &checked);
+  }
+  EXPECT_GT(checked, 3000);
+}
+
+// The search as it was before send_recv edges were deferred: every edge relaxed eagerly at
+// expansion, a strictly better path replaces, ties go to the first path found.
+std::vector<PlanStep> EagerDijkstra(const Layout& from, const Layout& to, DType dtype, const Topology& topo) {
+  using PathCost = std::tuple<int64_t, int64_t, int64_t>;
+  auto key = [](const Layout& l) { return l.PlacementsString(); };
+  std::vector<Layout> states{from};
+  std::map<std::string, int> ids{{key(from), 0}};
+  std::vector<PathCost> dist{PathCost{0, 0, 0}};
+  std::vector<int> parent{-1};
+  std::vector<std::optional<PlanStep>> via{std::nullopt};
+  std::vector<bool> done{false};
+  using Entry = std::pair<PathCost, int>;
+  std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> queue;
+  queue.push({dist[0], 0});
+  int found = -1;
+  while (!queue.empty()) {
+    const auto [cost, id] = queue.top();
+    queue.pop();
+    if (done[id] || cost != dist[id]) continue;
+    done[id] = true;
+    if (key(states[id]) == key(to)) {
+      found = id;
+      break;
+    }
+    std::vector<PlanStep> next = *Successors(states[id], to, dtype, topo);
+    for (PlanStep& step : next) {
+      const PathCost c{std::get<0>(cost) + CostUnits(step.modelled_us), std::get<1>(cost) + step.bytes_per_rank,
+                       std::get<2>(cost) + 1};
+      auto [it, inserted] = ids.emplace(key(step.to), static_cast<int>(states.size()));
+      const int nid = it->second;
+      if (inserted) {
+        states.push_back(step.to);
+        dist.push_back(c);
+        parent.push_back(id);
+        via.emplace_back(std::move(step));
+        done.push_back(false);
+        queue.push({c, nid});
+      } else if (!done[nid] && c < dist[nid]) {
+        dist[nid] = c;
+        parent[nid] = id;
+        via[nid] = std::move(step);
+        queue.push({c, nid});
+      }
+    }
+  }
+  std::vector<PlanStep> steps;
+  for (int id = found; id >= 0 && parent[id] >= 0; id = parent[id]) steps.push_back(*via[id]);
+  std::reverse(steps.begin(), steps.end());
+  return steps;
+}
+
+TEST(StepCostTest, SearchWithDeferredSendRecvEqualsEagerSearch) {
+  Gen gen{std::mt19937(31337)};
+  int with_send_recv = 0, compared = 0;
+  for (int i = 0; i < 400; ++i) {
+    const DeviceMesh mesh = gen.Mesh();
+    const std::vector<int64_t> shape = gen.Shape();
+    const Layout from = gen.RandomLayout(shape, mesh, true);
+    const Layout to = gen.RandomLayout(shape, mesh, true);
+    if (!CheckPlannable(from, to).ok()) continue;
+    const Topology topo = gen.Topo();
+    StatusOr<Plan> plan = PlanRedistribution(from, to, DType::kF32, topo);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    const std::vector<PlanStep> ref = EagerDijkstra(from, to, DType::kF32, topo);
+    ASSERT_EQ(plan->steps.size(), ref.size()) << from.ToString() << " -> " << to.PlacementsString();
+    for (size_t k = 0; k < ref.size(); ++k) {
+      EXPECT_EQ(plan->steps[k].kind, ref[k].kind) << from.ToString() << " -> " << to.PlacementsString();
+      EXPECT_EQ(plan->steps[k].mesh_dims, ref[k].mesh_dims);
+      EXPECT_EQ(plan->steps[k].tensor_dim, ref[k].tensor_dim);
+      EXPECT_EQ(plan->steps[k].dst_tensor_dim, ref[k].dst_tensor_dim);
+      EXPECT_EQ(plan->steps[k].to, ref[k].to);
+      EXPECT_EQ(plan->steps[k].modelled_us, ref[k].modelled_us);
+      EXPECT_EQ(plan->steps[k].bytes_per_rank, ref[k].bytes_per_rank);
+      if (ref[k].kind == StepKind::kSendRecv) ++with_send_recv;
+    }
+    ++compared;
+  }
+  EXPECT_GT(compared, 250);
+  EXPECT_GT(with_send_recv, 8);
+}
+
+TEST(StepCostTest, ErrorsMatch) {
+  const DeviceMesh mesh = *DeviceMesh::Create({2, 2});
+  const Layout a = *Layout::Create({4, 4}, mesh, {Shard{0}, Replicate{}});
+  PlanStep s = *AllGatherStep(a, {0});
+  s.mesh_dims = {5};
+  EXPECT_EQ(ModelStepCost(s, DType::kF32, Topology()).status().code(), StatusCode::kOutOfRange);
+  PlanStep d = *SendRecvStep(a, *Layout::Create({4, 4}, mesh, {Replicate{}, Shard{1}}));
+  d.from = *Layout::Create({4, 4}, mesh, {Partial{ReduceOp::kSum}, Replicate{}});
+  EXPECT_EQ(ModelStepCost(d, DType::kF32, Topology()).status().code(),
+            ModelStep(d, DType::kF32, Topology()).status().code());
+}
+
+}  // namespace
+}  // namespace meshflow
