@@ -38,6 +38,7 @@
 #include <system_error>
 #include <vector>
 
+#include "meshflow/bench/run_dir.h"
 #include "meshflow/checkpoint/checkpoint.h"
 #include "meshflow/checkpoint/format.h"
 #include "meshflow/collectives/mesh_comms.h"
@@ -278,20 +279,5 @@ BENCHMARK(BM_PlainRead)->UseManualTime()->Unit(benchmark::kMillisecond);
 }  // namespace meshflow
 
 int main(int argc, char** argv) {
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  // A fresh directory per run, so concurrent runs never share files; removed at exit.
-  const char* tmp = std::getenv("TEST_TMPDIR");
-  std::error_code ec;
-  const std::filesystem::path base = tmp != nullptr ? std::filesystem::path(tmp) : std::filesystem::temp_directory_path(ec);
-  std::string templ = (base / "meshflow_checkpoint_bench.XXXXXX").string();
-  if (ec || ::mkdtemp(templ.data()) == nullptr) {
-    std::fprintf(stderr, "checkpoint_bench: cannot create a temporary directory %s\n", templ.c_str());
-    return 1;
-  }
-  meshflow::RunDir() = templ;
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  std::filesystem::remove_all(templ, ec);
-  return 0;
+  return meshflow::RunBenchmarksInFreshDir(argc, argv, "checkpoint_bench", meshflow::RunDir());
 }

@@ -23,6 +23,7 @@
 #include <system_error>
 #include <vector>
 
+#include "meshflow/bench/run_dir.h"
 #include "meshflow/data/loader.h"
 #include "meshflow/data/token_file.h"
 #include "meshflow/mesh/device_mesh.h"
@@ -150,20 +151,5 @@ BENCHMARK(BM_TokenLoaderDp2)->UseRealTime()->Unit(benchmark::kMicrosecond);
 }  // namespace meshflow
 
 int main(int argc, char** argv) {
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  // A fresh directory per run, so concurrent runs never share the token file; removed at exit.
-  const char* tmp = std::getenv("TEST_TMPDIR");
-  std::error_code ec;
-  const std::filesystem::path base = tmp != nullptr ? std::filesystem::path(tmp) : std::filesystem::temp_directory_path(ec);
-  std::string templ = (base / "meshflow_data_bench.XXXXXX").string();
-  if (ec || ::mkdtemp(templ.data()) == nullptr) {
-    std::fprintf(stderr, "data_bench: cannot create a temporary directory %s\n", templ.c_str());
-    return 1;
-  }
-  meshflow::RunDir() = templ;
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  std::filesystem::remove_all(templ, ec);
-  return 0;
+  return meshflow::RunBenchmarksInFreshDir(argc, argv, "data_bench", meshflow::RunDir());
 }
