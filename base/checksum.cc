@@ -85,6 +85,23 @@ uint32_t Shift(const ShiftTable& s, uint32_t c) {
 
 constexpr size_t kLongStream = 8192, kShortStream = 256;
 
+// The hardware CRC of the last bytes (8 at a time, then 1 at a time) from the running value `c`;
+// returns the final (inverted) CRC. Shared by ExtendHardware and the VPCLMULQDQ fold.
+__attribute__((target("sse4.2"))) uint32_t FinishHardware(uint64_t c, const std::byte* data, size_t n) {
+  while (n >= 8) {
+    c = _mm_crc32_u64(c, LoadLE64(data));
+    data += 8;
+    n -= 8;
+  }
+  uint32_t c32 = static_cast<uint32_t>(c);
+  while (n > 0) {
+    c32 = _mm_crc32_u8(c32, static_cast<uint8_t>(*data));
+    ++data;
+    --n;
+  }
+  return ~c32;
+}
+
 // Three interleaved streams of `len` bytes each while at least 3 * len bytes remain.
 __attribute__((target("sse4.2"))) uint64_t ThreeWay(uint64_t c0, const std::byte*& data, size_t& n, size_t len,
                                                     const ShiftTable& shift) {
@@ -186,18 +203,7 @@ MESHFLOW_CRC_FOLD_TARGET uint32_t ExtendFold(uint32_t crc, const std::byte* data
   l = Fold128(_mm512_maskz_extracti32x4_epi32(0xF, a3, 2), Key128(keys.k[6]), l);
   uint64_t c = _mm_crc32_u64(0, static_cast<uint64_t>(_mm_cvtsi128_si64(l)));
   c = _mm_crc32_u64(c, static_cast<uint64_t>(_mm_extract_epi64(l, 1)));
-  while (n >= 8) {
-    c = _mm_crc32_u64(c, LoadLE64(data));
-    data += 8;
-    n -= 8;
-  }
-  uint32_t c32 = static_cast<uint32_t>(c);
-  while (n > 0) {
-    c32 = _mm_crc32_u8(c32, static_cast<uint8_t>(*data));
-    ++data;
-    --n;
-  }
-  return ~c32;
+  return FinishHardware(c, data, n);
 }
 
 __attribute__((target("sse4.2"))) uint32_t ExtendHardware(uint32_t crc, const std::byte* data, size_t n) {
@@ -208,18 +214,7 @@ __attribute__((target("sse4.2"))) uint32_t ExtendHardware(uint32_t crc, const st
     c = ThreeWay(c, data, n, kLongStream, kLong);
     c = ThreeWay(c, data, n, kShortStream, kShort);
   }
-  while (n >= 8) {
-    c = _mm_crc32_u64(c, LoadLE64(data));
-    data += 8;
-    n -= 8;
-  }
-  uint32_t c32 = static_cast<uint32_t>(c);
-  while (n > 0) {
-    c32 = _mm_crc32_u8(c32, static_cast<uint8_t>(*data));
-    ++data;
-    --n;
-  }
-  return ~c32;
+  return FinishHardware(c, data, n);
 }
 #endif
 
