@@ -19,7 +19,10 @@ cd "$(dirname "$0")/../.."
 SECONDS_PER_TARGET="${1:-60}"
 shift || true
 TARGETS=("$@")
-if [ "${#TARGETS[@]}" -eq 0 ]; then TARGETS=(layout_parser planner_executor); fi
+# Default: every target with a seed corpus (tests/fuzz/corpus/<name>/ for <name>_fuzzer).
+if [ "${#TARGETS[@]}" -eq 0 ]; then
+  for d in tests/fuzz/corpus/*/; do TARGETS+=("$(basename "$d")"); done
+fi
 OUTPUT_BASE="${MESHFLOW_FUZZ_OUTPUT_BASE:-/root/.cache/bazel_fuzz}"
 ARTIFACTS="${ARTIFACTS:-/tmp/meshflow-fuzz-artifacts}"
 read -r -a EXTRA_FLAGS <<< "${MESHFLOW_FUZZ_BAZEL_FLAGS:-}"
