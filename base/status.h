@@ -32,6 +32,7 @@ enum class StatusCode {
   kDataLoss,          // corrupted or truncated data
   kInternal,          // a broken invariant inside meshflow (a bug)
   kUnavailable,       // a resource (device, backend) is not present
+  kResourceExhausted,  // the request needs more memory (or another resource) than the limit allows
 };
 
 std::string_view StatusCodeName(StatusCode code);
@@ -73,6 +74,7 @@ Status AbortedError(std::string message);
 Status DataLossError(std::string message);
 Status InternalError(std::string message);
 Status UnavailableError(std::string message);
+Status ResourceExhaustedError(std::string message);
 
 namespace status_internal {
 // Prints "StatusOr::value() on an error: <status>" to stderr and aborts.
