@@ -12,6 +12,19 @@
 // without the prefetch thread); BM_TokenLoaderDp2 is rank 0 of a 2x2 dp x tp mesh (32 local
 // samples per batch). items_per_second is samples/s of wall-clock time (UseRealTime: the
 // prefetch thread's work is not in the main thread's CPU time).
+//
+// Issue #16 additions:
+//   BM_SlowSourceReaders/readers:N   a source that sleeps 200 us per sample (a remote or
+//                                    decompressing reader), B = 16, prefetch_depth 4, N reader
+//                                    threads: samples/s should scale with N (sleeps need no CPU)
+//   BM_MixtureLoader                 three views of the token file mixed 0.5 / 0.3 / 0.2 (the
+//                                    overhead measured is Locate: a SampleOrder per sample, and
+//                                    one more indirection)
+//   BM_PackedLoader                  the same tokens packed with eos_token 17 (documents of ~50 k
+//                                    tokens on average): each sample also carries the position
+//                                    and segment rows, [3, 1025] instead of [1025]
+// Compare BM_MixtureLoader and BM_PackedLoader with BM_TokenLoader/shuffle:1/prefetch:4 (same
+// batch, same shuffle, same prefetch) of the same run.
 #include <benchmark/benchmark.h>
 #include <unistd.h>
 
@@ -24,7 +37,13 @@
 #include <vector>
 
 #include "meshflow/bench/run_dir.h"
+#include <chrono>
+#include <cstring>
+#include <thread>
+
 #include "meshflow/data/loader.h"
+#include "meshflow/data/mixture.h"
+#include "meshflow/data/packed.h"
 #include "meshflow/data/token_file.h"
 #include "meshflow/mesh/device_mesh.h"
 
@@ -146,6 +165,88 @@ void BM_TokenLoaderDp2(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * local);
 }
 BENCHMARK(BM_TokenLoaderDp2)->UseRealTime()->Unit(benchmark::kMicrosecond);
+
+// A source that sleeps 200 us per sample.
+class SlowSource final : public Dataset {
+ public:
+  int64_t size() const override { return 1 << 20; }
+  DType dtype() const override { return DType::kI64; }
+  const std::vector<int64_t>& sample_shape() const override { return shape_; }
+  std::string name() const override { return "slow source"; }
+
+ protected:
+  Status ReadUnchecked(int64_t index, std::span<std::byte> dst) const override {
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+    std::memcpy(dst.data(), &index, sizeof(index));
+    return Status::Ok();
+  }
+
+ private:
+  std::vector<int64_t> shape_ = {1};
+};
+
+void BM_SlowSourceReaders(benchmark::State& state) {
+  const int64_t batch = 16;
+  auto loader = DataLoader::Create(std::make_shared<SlowSource>(), *DeviceMesh::Create({1}, {"dp"}), 0,
+                                   {.global_batch_size = batch,
+                                    .seed = 1,
+                                    .prefetch_depth = 4,
+                                    .num_readers = static_cast<int>(state.range(0))});
+  if (!loader.ok()) {
+    state.SkipWithError(loader.status().ToString().c_str());
+    return;
+  }
+  for (auto _ : state) {
+    auto b = (*loader)->Next();
+    if (!b.ok()) {
+      state.SkipWithError(b.status().ToString().c_str());
+      return;
+    }
+    benchmark::DoNotOptimize(b->local().raw());
+  }
+  state.SetItemsProcessed(state.iterations() * batch);
+}
+BENCHMARK(BM_SlowSourceReaders)->ArgName("readers")->Arg(1)->Arg(2)->Arg(4)->UseRealTime()->Unit(benchmark::kMillisecond);
+
+void RunLoader(benchmark::State& state, std::shared_ptr<const Dataset> ds) {
+  const int64_t batch = 64;
+  auto loader = DataLoader::Create(std::move(ds), *DeviceMesh::Create({1}, {"dp"}), 0,
+                                   {.global_batch_size = batch, .seed = 1, .prefetch_depth = 4});
+  if (!loader.ok()) {
+    state.SkipWithError(loader.status().ToString().c_str());
+    return;
+  }
+  for (auto _ : state) {
+    auto b = (*loader)->Next();
+    if (!b.ok()) {
+      state.SkipWithError(b.status().ToString().c_str());
+      return;
+    }
+    benchmark::DoNotOptimize(b->local().raw());
+  }
+  state.SetItemsProcessed(state.iterations() * batch);
+}
+
+void BM_MixtureLoader(benchmark::State& state) {
+  auto a = OpenDataset(), b = OpenDataset(), c = OpenDataset();
+  auto mix = MixtureDataset::Create({{a, 0.5}, {b, 0.3}, {c, 0.2}}, {.seed = 3});
+  if (!mix.ok()) {
+    state.SkipWithError(mix.status().ToString().c_str());
+    return;
+  }
+  RunLoader(state, *mix);
+}
+BENCHMARK(BM_MixtureLoader)->UseRealTime()->Unit(benchmark::kMicrosecond);
+
+void BM_PackedLoader(benchmark::State& state) {
+  auto packed = PackedTokenDataset::Create(OpenDataset(), {.seq_len = kSeqLen, .eos_token = 17});
+  if (!packed.ok()) {
+    state.SkipWithError(packed.status().ToString().c_str());
+    return;
+  }
+  RunLoader(state, *packed);
+}
+BENCHMARK(BM_PackedLoader)->UseRealTime()->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 }  // namespace meshflow

@@ -3,9 +3,35 @@
 #include <cstring>
 #include <utility>
 
+#include "meshflow/base/checksum.h"
+
 namespace meshflow {
 
+uint64_t FingerprintCombine(uint64_t h, uint64_t v) {
+  uint64_t x = h ^ (v + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2));
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+std::string FingerprintHex(uint64_t fingerprint) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out(16, '0');
+  for (int i = 15; i >= 0; --i, fingerprint >>= 4) out[static_cast<size_t>(i)] = kDigits[fingerprint & 0xF];
+  return out;
+}
+
+uint64_t Dataset::fingerprint() const {
+  uint64_t h = FingerprintCombine(0x6d662e6461746173ull, static_cast<uint64_t>(dtype()));
+  for (int64_t d : sample_shape()) h = FingerprintCombine(h, static_cast<uint64_t>(d));
+  return FingerprintCombine(h, static_cast<uint64_t>(size()));
+}
+
 int64_t Dataset::sample_elements() const {
+  // A zero dim first: the other dims of an empty sample may be large enough to overflow.
+  for (int64_t d : sample_shape()) {
+    if (d == 0) return 0;
+  }
   int64_t n = 1;
   for (int64_t d : sample_shape()) n *= d;
   return n;
@@ -52,6 +78,7 @@ StatusOr<std::shared_ptr<InMemoryDataset>> InMemoryDataset::Create(DType dtype, 
   ds->sample_shape_ = std::move(sample_shape);
   ds->num_samples_ = sample_bytes == 0 ? 0 : total / sample_bytes;
   ds->bytes_ = std::move(bytes);
+  ds->fingerprint_ = FingerprintCombine(ds->Dataset::fingerprint(), Crc32c(ds->bytes_));
   return ds;
 }
 

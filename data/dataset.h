@@ -39,6 +39,12 @@ class Dataset {
   // Short description used in error messages, e.g. "token file /data/train.bin".
   virtual std::string name() const = 0;
 
+  // A 64-bit identity of the contents, stored in LoaderState so that a state saved for one
+  // dataset does not restore onto another of the same size. Record shards: the manifest hash;
+  // token files: the header (token count, width, vocabulary, payload CRC-32C); in-memory: the
+  // bytes. The default (for other implementations) hashes only dtype, shape and size.
+  virtual uint64_t fingerprint() const;
+
   int64_t sample_elements() const;
   int64_t sample_bytes() const { return sample_elements() * DTypeSize(dtype()); }
 
@@ -52,6 +58,11 @@ class Dataset {
   // Precondition: 0 <= index < size(), dst.size() == sample_bytes().
   virtual Status ReadUnchecked(int64_t index, std::span<std::byte> dst) const = 0;
 };
+
+// Mixes v into the fingerprint h (SplitMix64-based; order-dependent).
+uint64_t FingerprintCombine(uint64_t h, uint64_t v);
+// 16 lower-case hex digits.
+std::string FingerprintHex(uint64_t fingerprint);
 
 class InMemoryDataset final : public Dataset {
  public:
@@ -67,6 +78,7 @@ class InMemoryDataset final : public Dataset {
   DType dtype() const override { return dtype_; }
   const std::vector<int64_t>& sample_shape() const override { return sample_shape_; }
   std::string name() const override { return "in-memory dataset"; }
+  uint64_t fingerprint() const override { return fingerprint_; }
 
  protected:
   Status ReadUnchecked(int64_t index, std::span<std::byte> dst) const override;
@@ -77,6 +89,7 @@ class InMemoryDataset final : public Dataset {
   std::vector<int64_t> sample_shape_;
   int64_t num_samples_ = 0;
   std::vector<std::byte> bytes_;
+  uint64_t fingerprint_ = 0;
 };
 
 }  // namespace meshflow

@@ -4,6 +4,7 @@
 #include <charconv>
 #include <cstdint>
 #include <optional>
+#include <cctype>
 #include <cstring>
 #include <span>
 #include <utility>
@@ -29,65 +30,111 @@ std::vector<std::string_view> SplitWhitespace(std::string_view s) {
 }
 
 bool ParseU64(std::string_view s, uint64_t* out) {
-  if (s.empty()) return false;
+  if (s.empty() || s[0] < '0' || s[0] > '9') return false;
   const auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), *out);
   return ec == std::errc() && ptr == s.data() + s.size();
 }
 
+// Exactly 16 lower- or upper-case hex digits.
+bool ParseHex64(std::string_view s, uint64_t* out) {
+  if (s.size() != 16) return false;
+  for (char c : s) {
+    if (!std::isxdigit(static_cast<unsigned char>(c))) return false;
+  }
+  const auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), *out, 16);
+  return ec == std::errc() && ptr == s.data() + s.size();
+}
+
+std::string BoolName(bool b) { return b ? "true" : "false"; }
+
 }  // namespace
 
 std::string LoaderState::ToString() const {
-  return std::string(kStatePrefix) + " v" + std::to_string(version) + " seed=" + std::to_string(seed) +
-         " epoch=" + std::to_string(epoch) + " consumed=" + std::to_string(consumed) +
-         " num_samples=" + std::to_string(num_samples);
+  std::string out = std::string(kStatePrefix) + " v" + std::to_string(version) + " seed=" + std::to_string(seed) +
+                    " epoch=" + std::to_string(epoch) + " consumed=" + std::to_string(consumed) +
+                    " num_samples=" + std::to_string(num_samples);
+  if (batch_size) out += " batch_size=" + std::to_string(*batch_size);
+  if (shuffle) out += std::string(" shuffle=") + (*shuffle ? "1" : "0");
+  if (drop_last) out += std::string(" drop_last=") + (*drop_last ? "1" : "0");
+  if (dataset_fingerprint) out += " dataset=" + FingerprintHex(*dataset_fingerprint);
+  return out;
 }
 
 StatusOr<LoaderState> LoaderState::Parse(std::string_view text) {
-  const std::string quoted = "'" + std::string(text) + "'";
+  // Quote at most 200 characters of hostile input in messages.
+  const std::string quoted = "'" + std::string(text.substr(0, 200)) + (text.size() > 200 ? "...'" : "'");
   const std::vector<std::string_view> tokens = SplitWhitespace(text);
   if (tokens.size() < 2 || tokens[0] != kStatePrefix || tokens[1].size() < 2 || tokens[1][0] != 'v') {
     return InvalidArgumentError("bad loader state " + quoted + ": expected \"" + std::string(kStatePrefix) +
-                                " v1 seed=.. epoch=.. consumed=.. num_samples=..\"");
+                                " v2 seed=.. epoch=.. consumed=.. num_samples=.. [batch_size=.. shuffle=0|1 "
+                                "drop_last=0|1 dataset=<16 hex digits>]\"");
   }
   uint64_t version = 0;
   if (!ParseU64(tokens[1].substr(1), &version)) {
     return InvalidArgumentError("bad loader state " + quoted + ": bad version '" + std::string(tokens[1]) + "'");
   }
-  if (version != static_cast<uint64_t>(kVersion)) {
+  if (version != 1 && version != static_cast<uint64_t>(kVersion)) {
     return UnimplementedError("loader state " + quoted + " has version " + std::to_string(version) +
-                              ", this build reads version " + std::to_string(kVersion));
+                              ", this build reads versions 1 and " + std::to_string(kVersion));
   }
   LoaderState s;
-  static constexpr std::string_view kFields[] = {"seed", "epoch", "consumed", "num_samples"};
-  bool seen[4] = {false, false, false, false};
+  s.version = static_cast<int>(version);
+  static constexpr std::string_view kFields[] = {"seed",       "epoch",   "consumed",  "num_samples",
+                                                 "batch_size", "shuffle", "drop_last", "dataset"};
+  constexpr int kNumFields = 8, kRequired = 4;
+  bool seen[kNumFields] = {};
   for (size_t i = 2; i < tokens.size(); ++i) {
     const std::string_view tok = tokens[i];
     const size_t eq = tok.find('=');
     const std::string_view key = tok.substr(0, eq == std::string_view::npos ? tok.size() : eq);
     int f = -1;
-    for (int k = 0; k < 4; ++k) {
+    for (int k = 0; k < kNumFields; ++k) {
       if (kFields[k] == key) f = k;
     }
     if (eq == std::string_view::npos || f < 0) {
-      return InvalidArgumentError("bad loader state " + quoted + ": unknown field '" + std::string(tok) + "'");
+      return InvalidArgumentError("bad loader state " + quoted + ": unknown field '" +
+                                  std::string(tok.substr(0, 64)) + "'");
     }
     if (seen[f]) return InvalidArgumentError("bad loader state " + quoted + ": repeated field '" + std::string(key) + "'");
     seen[f] = true;
-    uint64_t v = 0;
-    if (!ParseU64(tok.substr(eq + 1), &v) || (f > 0 && v > static_cast<uint64_t>(INT64_MAX))) {
-      return InvalidArgumentError("bad loader state " + quoted + ": bad value in '" + std::string(tok) + "'");
+    const std::string_view value = tok.substr(eq + 1);
+    const Status bad = InvalidArgumentError("bad loader state " + quoted + ": bad value in '" +
+                                            std::string(tok.substr(0, 64)) + "'");
+    if (f == 7) {
+      uint64_t fp = 0;
+      if (!ParseHex64(value, &fp)) return bad;
+      s.dataset_fingerprint = fp;
+      continue;
     }
-    if (f == 0) s.seed = v;
-    if (f == 1) s.epoch = static_cast<int64_t>(v);
-    if (f == 2) s.consumed = static_cast<int64_t>(v);
-    if (f == 3) s.num_samples = static_cast<int64_t>(v);
+    uint64_t v = 0;
+    if (!ParseU64(value, &v) || (f > 0 && v > static_cast<uint64_t>(INT64_MAX))) return bad;
+    switch (f) {
+      case 0: s.seed = v; break;
+      case 1: s.epoch = static_cast<int64_t>(v); break;
+      case 2: s.consumed = static_cast<int64_t>(v); break;
+      case 3: s.num_samples = static_cast<int64_t>(v); break;
+      case 4:
+        if (v < 1) return bad;
+        s.batch_size = static_cast<int64_t>(v);
+        break;
+      case 5:
+      case 6:
+        if (v > 1 || value.size() != 1) return bad;
+        (f == 5 ? s.shuffle : s.drop_last) = v == 1;
+        break;
+      default: break;
+    }
   }
-  for (int k = 0; k < 4; ++k) {
+  for (int k = 0; k < kRequired; ++k) {
     if (!seen[k]) {
       return InvalidArgumentError("bad loader state " + quoted + ": missing field '" + std::string(kFields[k]) + "'");
     }
   }
   return s;
+}
+
+bool IsDataParallelDimName(std::string_view name) {
+  return name == "dp" || name == "data" || name == "ddp" || name == "fsdp" || name.starts_with("dp_");
 }
 
 StatusOr<std::unique_ptr<DataLoader>> DataLoader::Create(std::shared_ptr<const Dataset> dataset, DeviceMesh mesh,
@@ -100,8 +147,15 @@ StatusOr<std::unique_ptr<DataLoader>> DataLoader::Create(std::shared_ptr<const D
   }
   const int64_t b = options.global_batch_size;
   if (b < 1) return InvalidArgumentError("DataLoader: global_batch_size must be >= 1, got " + std::to_string(b));
+  if (b > (int64_t{1} << 40)) {
+    return InvalidArgumentError("DataLoader: global_batch_size " + std::to_string(b) + " is too large (max 2^40)");
+  }
   if (options.prefetch_depth < 0) {
     return InvalidArgumentError("DataLoader: prefetch_depth must be >= 0, got " + std::to_string(options.prefetch_depth));
+  }
+  if (options.num_readers < 1 || options.num_readers > 256) {
+    return InvalidArgumentError("DataLoader: num_readers must be in [1, 256], got " +
+                                std::to_string(options.num_readers));
   }
   if (options.num_epochs < 0) {
     return InvalidArgumentError("DataLoader: num_epochs must be >= 0, got " + std::to_string(options.num_epochs));
@@ -109,6 +163,10 @@ StatusOr<std::unique_ptr<DataLoader>> DataLoader::Create(std::shared_ptr<const D
   if (options.drop_last && b > n) {
     return InvalidArgumentError("DataLoader: global batch size " + std::to_string(b) + " > " + std::to_string(n) +
                                 " samples with drop_last: an epoch would have no batch");
+  }
+  if (options.replicate_batch && !options.dp_dims.empty()) {
+    return InvalidArgumentError("DataLoader: replicate_batch is set but dp_dims names " +
+                                std::to_string(options.dp_dims.size()) + " dim(s); give one or the other");
   }
   std::vector<int> dp;
   for (const MeshDimRef& ref : options.dp_dims) {
@@ -130,13 +188,26 @@ StatusOr<std::unique_ptr<DataLoader>> DataLoader::Create(std::shared_ptr<const D
     }
     dp.push_back(d);
   }
-  std::vector<int64_t> shape = {b};
+  if (options.dp_dims.empty() && !options.replicate_batch) {
+    for (int d = 0; d < static_cast<int>(mesh.names().size()); ++d) {
+      if (IsDataParallelDimName(mesh.names()[static_cast<size_t>(d)])) dp.push_back(d);
+    }
+    if (dp.empty() && mesh.size() > 1) {
+      return InvalidArgumentError(
+          "DataLoader: dp_dims is empty and " + mesh.ToString() +
+          " has no data-parallel dim (named dp, data, ddp, fsdp or dp_*): every rank would get the same rows; "
+          "name the data-parallel dims in dp_dims, or set replicate_batch");
+    }
+  }
+  MF_ASSIGN_OR_RETURN(std::vector<int> group, mesh.Group(rank, dp));
+  const int64_t dp_size = static_cast<int64_t>(group.size());
+  const int64_t rows = options.even_batches ? dp_size * ((b + dp_size - 1) / dp_size) : b;
+  std::vector<int64_t> shape = {rows};
   shape.insert(shape.end(), dataset->sample_shape().begin(), dataset->sample_shape().end());
   Placements placements(static_cast<size_t>(mesh.ndim()), Replicate{});
   for (int d : dp) placements[static_cast<size_t>(d)] = Shard{0};
   ShardOrder order;
   if (dp.size() > 1) order = {dp};  // the dims in the order given, first = outermost
-  MF_ASSIGN_OR_RETURN(std::vector<int> group, mesh.Group(rank, dp));
   MF_ASSIGN_OR_RETURN(Layout layout, Layout::Create(std::move(shape), mesh, std::move(placements), std::move(order)));
   MF_ASSIGN_OR_RETURN(Box box, layout.LocalBox(rank));
   auto loader = std::unique_ptr<DataLoader>(new DataLoader(std::move(dataset), std::move(options), std::move(layout), rank));
@@ -150,9 +221,13 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions
     : dataset_(std::move(dataset)), options_(std::move(options)), layout_(std::move(layout)), rank_(rank) {
   state_.seed = options_.seed;
   state_.num_samples = dataset_->size();
+  state_.batch_size = options_.global_batch_size;
+  state_.shuffle = options_.shuffle;
+  state_.drop_last = options_.drop_last;
+  state_.dataset_fingerprint = dataset_->fingerprint();
 }
 
-DataLoader::~DataLoader() { StopWorker(); }
+DataLoader::~DataLoader() { StopWorkers(); }
 
 int64_t DataLoader::batches_per_epoch() const {
   const int64_t n = dataset_->size(), b = options_.global_batch_size;
@@ -177,8 +252,13 @@ LoaderState DataLoader::Normalize(LoaderState s) const {
   return s;
 }
 
+LoaderState DataLoader::Advance(LoaderState s) const {
+  s.consumed += options_.global_batch_size;
+  return Normalize(s);
+}
+
 StatusOr<Batch> DataLoader::Produce(const LoaderState& at) const {
-  if (options_.num_epochs > 0 && at.epoch >= options_.num_epochs) {
+  if (AtEnd(at)) {
     return OutOfRangeError("end of data: DataLoader finished its " + std::to_string(options_.num_epochs) +
                            " epoch(s)");
   }
@@ -191,7 +271,9 @@ StatusOr<Batch> DataLoader::Produce(const LoaderState& at) const {
   std::vector<int64_t> indices;
   indices.reserve(static_cast<size_t>(rows_.size()));
   for (int64_t r = rows_.begin; r < rows_.end; ++r) {
-    const int64_t index = order.At((at.consumed + r) % n);
+    // Rows past B (even_batches padding) repeat the batch's first rows.
+    const int64_t row = r < b ? r : (r - b) % b;
+    const int64_t index = order.At((at.consumed + row) % n);
     indices.push_back(index);
     const Status s = dataset_->Read(
         index, std::span<std::byte>(local.raw() + (r - rows_.begin) * sample_bytes, static_cast<size_t>(sample_bytes)));
@@ -201,9 +283,7 @@ StatusOr<Batch> DataLoader::Produce(const LoaderState& at) const {
     }
   }
   MF_ASSIGN_OR_RETURN(DTensor data, DTensor::FromLocal(std::move(local), layout_, rank_));
-  LoaderState after = at;
-  after.consumed += b;
-  after = Normalize(after);
+  const int64_t global_rows = layout_.global_shape()[0];
   return Batch{.data = std::move(data),
                .epoch = at.epoch,
                .step = at.consumed / b,
@@ -211,50 +291,65 @@ StatusOr<Batch> DataLoader::Produce(const LoaderState& at) const {
                .row_offset = rows_.begin,
                .sample_indices = std::move(indices),
                .num_repeated = std::max<int64_t>(0, at.consumed + b - n),
-               .state_after = after};
+               .num_padding = global_rows - b,
+               .local_valid_rows = std::clamp<int64_t>(b - rows_.begin, 0, rows_.size()),
+               .state_after = Advance(at)};
 }
 
-void DataLoader::StartWorker() {
+void DataLoader::StartWorkers() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = false;
-    queue_.clear();
+    claims_done_ = false;
+    ready_.clear();
+    claim_cursor_ = state_;
+    next_claim_ = 0;
+    next_consume_ = 0;
   }
-  worker_ = std::thread([this, cursor = state_] { WorkerLoop(cursor); });
-  worker_running_ = true;
+  for (int i = 0; i < options_.num_readers; ++i) readers_.emplace_back([this] { ReaderLoop(); });
+  workers_running_ = true;
 }
 
-void DataLoader::StopWorker() {
-  if (!worker_running_) return;
+void DataLoader::StopWorkers() {
+  if (!workers_running_) return;
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
   }
-  not_full_.notify_all();
-  worker_.join();
-  worker_running_ = false;
+  can_claim_.notify_all();
+  for (std::thread& t : readers_) t.join();
+  readers_.clear();
+  workers_running_ = false;
   std::lock_guard<std::mutex> lock(mu_);
-  queue_.clear();
+  ready_.clear();
 }
 
-void DataLoader::WorkerLoop(LoaderState cursor) {
-  const size_t depth = static_cast<size_t>(options_.prefetch_depth);
+void DataLoader::ReaderLoop() {
+  const int64_t window = std::max(options_.prefetch_depth, options_.num_readers);
   while (true) {
+    int64_t seq = 0;
+    LoaderState at;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      not_full_.wait(lock, [&] { return stop_ || queue_.size() < depth; });
-      if (stop_) return;
+      can_claim_.wait(lock, [&] { return stop_ || claims_done_ || next_claim_ < next_consume_ + window; });
+      if (stop_ || claims_done_) return;
+      seq = next_claim_++;
+      at = claim_cursor_;
+      if (AtEnd(at)) {
+        claims_done_ = true;  // this claim yields "end of data", the last item
+      } else {
+        claim_cursor_ = Advance(at);
+      }
     }
-    StatusOr<Batch> batch = Produce(cursor);  // reads outside the lock
-    const bool ok = batch.ok();
-    if (ok) cursor = batch->state_after;
+    StatusOr<Batch> batch = Produce(at);  // reads outside the lock
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (stop_) return;
-      queue_.push_back(std::move(batch));
+      if (!batch.ok()) claims_done_ = true;  // the error is the last item the consumer takes
+      ready_.emplace(seq, std::move(batch));
     }
-    not_empty_.notify_one();
-    if (!ok) return;  // the error (or end of data) is the last item
+    ready_cv_.notify_all();
+    can_claim_.notify_all();
   }
 }
 
@@ -264,14 +359,16 @@ StatusOr<Batch> DataLoader::NextBatch() {
   if (options_.prefetch_depth == 0) {
     item.emplace(Produce(state_));
   } else {
-    if (!worker_running_) StartWorker();
+    if (!workers_running_) StartWorkers();
     {
       std::unique_lock<std::mutex> lock(mu_);
-      not_empty_.wait(lock, [&] { return !queue_.empty(); });
-      item.emplace(std::move(queue_.front()));
-      queue_.pop_front();
+      ready_cv_.wait(lock, [&] { return ready_.count(next_consume_) > 0; });
+      auto it = ready_.find(next_consume_);
+      item.emplace(std::move(it->second));
+      ready_.erase(it);
+      ++next_consume_;
     }
-    not_full_.notify_one();
+    can_claim_.notify_all();
   }
   if (!item->ok()) {
     sticky_ = item->status();
@@ -288,7 +385,7 @@ StatusOr<DTensor> DataLoader::Next() {
 
 Status DataLoader::Restore(const LoaderState& state) {
   const std::string what = "DataLoader::Restore(" + state.ToString() + ")";
-  if (state.version != LoaderState::kVersion) {
+  if (state.version != 1 && state.version != LoaderState::kVersion) {
     return UnimplementedError(what + ": unsupported version " + std::to_string(state.version));
   }
   if (state.seed != options_.seed) {
@@ -299,14 +396,36 @@ Status DataLoader::Restore(const LoaderState& state) {
     return FailedPreconditionError(what + ": state was saved for " + std::to_string(state.num_samples) +
                                    " samples, " + dataset_->name() + " has " + std::to_string(dataset_->size()));
   }
+  if (state.shuffle && *state.shuffle != options_.shuffle) {
+    return FailedPreconditionError(what + ": state was saved with shuffle=" + BoolName(*state.shuffle) +
+                                   ", this loader has shuffle=" + BoolName(options_.shuffle) +
+                                   " (the sample order would differ)");
+  }
+  if (state.drop_last && *state.drop_last != options_.drop_last) {
+    return FailedPreconditionError(what + ": state was saved with drop_last=" + BoolName(*state.drop_last) +
+                                   ", this loader has drop_last=" + BoolName(options_.drop_last) +
+                                   " (the epoch boundaries would differ)");
+  }
+  if (state.dataset_fingerprint && *state.dataset_fingerprint != dataset_->fingerprint()) {
+    return FailedPreconditionError(what + ": state was saved for dataset fingerprint " +
+                                   FingerprintHex(*state.dataset_fingerprint) + ", " + dataset_->name() +
+                                   " has fingerprint " + FingerprintHex(dataset_->fingerprint()) +
+                                   " (another dataset or other contents)");
+  }
   if (state.epoch < 0) return InvalidArgumentError(what + ": negative epoch " + std::to_string(state.epoch));
+  if (state.epoch > (int64_t{1} << 62)) {
+    return InvalidArgumentError(what + ": epoch " + std::to_string(state.epoch) + " is too large (max 2^62)");
+  }
   if (state.consumed < 0 || state.consumed > dataset_->size()) {
     return InvalidArgumentError(what + ": consumed " + std::to_string(state.consumed) + " outside [0, " +
                                 std::to_string(dataset_->size()) + "]");
   }
-  StopWorker();
+  StopWorkers();
   sticky_ = Status::Ok();
-  state_ = Normalize(state);
+  LoaderState s = state_;  // this loader's config fields
+  s.epoch = state.epoch;
+  s.consumed = state.consumed;
+  state_ = Normalize(s);
   return Status::Ok();
 }
 

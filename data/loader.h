@@ -49,7 +49,9 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -66,20 +68,36 @@
 
 namespace meshflow {
 
-// Where the loader is in the global stream. Text form (ToString / Parse round-trip exactly):
-//   "meshflow.data.LoaderState v1 seed=42 epoch=3 consumed=128 num_samples=1000"
+// Where the loader is in the global stream, plus the config and dataset the stream depends on.
+// Text form (ToString / Parse round-trip exactly):
+//   "meshflow.data.LoaderState v2 seed=42 epoch=3 consumed=128 num_samples=1000 batch_size=32
+//    shuffle=1 drop_last=0 dataset=00c0ffee12345678"                          (one line)
+// The fields after num_samples are optional in the text (a v1 text has none; a state built by
+// hand may leave them unset): Restore checks only the fields that are present.
 struct LoaderState {
-  static constexpr int kVersion = 1;
+  static constexpr int kVersion = 2;
   int version = kVersion;
   uint64_t seed = 0;
   int64_t epoch = 0;
   int64_t consumed = 0;     // stream positions of this epoch already returned (padding included)
   int64_t num_samples = 0;  // dataset size, checked by Restore
+  // The config the stream depends on. batch_size is recorded but elastic (Restore accepts another
+  // one: the stream continues at the same position); shuffle, drop_last and the dataset
+  // fingerprint (Dataset::fingerprint(), e.g. the manifest hash) must match.
+  std::optional<int64_t> batch_size = std::nullopt;
+  std::optional<bool> shuffle = std::nullopt;
+  std::optional<bool> drop_last = std::nullopt;
+  std::optional<uint64_t> dataset_fingerprint = std::nullopt;
 
   std::string ToString() const;
   // Errors (INVALID_ARGUMENT naming the text): wrong prefix, missing / unknown / repeated field,
-  // a non-numeric or negative value; UNIMPLEMENTED for a version other than 1.
+  // a non-numeric or negative value, a flag other than 0/1, a fingerprint that is not 16 hex
+  // digits; UNIMPLEMENTED for a version other than 1 or 2.
   static StatusOr<LoaderState> Parse(std::string_view text);
+  // Only the position (seed, epoch, consumed, num_samples), for comparisons in tests and tools.
+  bool SamePosition(const LoaderState& o) const {
+    return seed == o.seed && epoch == o.epoch && consumed == o.consumed && num_samples == o.num_samples;
+  }
   friend bool operator==(const LoaderState&, const LoaderState&) = default;
 };
 
@@ -91,14 +109,32 @@ struct MeshDimRef {
   std::variant<int, std::string> ref;
 };
 
+// The mesh dims a loader treats as data-parallel when DataLoaderOptions::dp_dims is empty: every
+// dim named "dp", "data", "ddp", "fsdp" or starting with "dp_" (e.g. "dp_replicate", "dp_shard"),
+// in mesh order.
+bool IsDataParallelDimName(std::string_view name);
+
 struct DataLoaderOptions {
-  std::vector<MeshDimRef> dp_dims = {};  // data-parallel mesh dims; empty = every rank gets the whole batch
+  // Data-parallel mesh dims. Empty: the mesh's dims with a data-parallel name (above); a mesh of
+  // more than one rank without such a dim is an error unless replicate_batch is set.
+  std::vector<MeshDimRef> dp_dims = {};
   int64_t global_batch_size = 0;    // B >= 1
   uint64_t seed = 0;
   bool shuffle = true;
   bool drop_last = false;   // see the remainder policy above
-  int prefetch_depth = 2;   // batches read ahead on a background thread; 0 = read inside Next()
+  int prefetch_depth = 2;   // batches read ahead on background threads; 0 = read inside Next()
   int64_t num_epochs = 0;   // 0 = unbounded
+  // Equal local batches: every dp rank gets ceil(B / dp) rows. The global batch tensor then has
+  // dp * ceil(B / dp) rows; the (at most dp - 1) rows past B are padding that repeat the batch's
+  // first rows (they sit at the end of the last ranks' shards: Batch::local_valid_rows). The
+  // stream still advances by B per batch, so coverage and resume are unchanged.
+  bool even_batches = false;
+  // Reader threads filling the prefetch window (prefetch_depth >= 1). Each reads whole batches;
+  // batches are returned in stream order. Up to max(prefetch_depth, num_readers) batches are in
+  // flight or ready ahead of the consumer.
+  int num_readers = 1;
+  // Every rank gets the whole batch (no dp dims), on any mesh. Exclusive with dp_dims.
+  bool replicate_batch = false;
 };
 
 // One batch with its bookkeeping.
@@ -110,13 +146,17 @@ struct Batch {
   int64_t row_offset = 0;               // first global row held by this rank
   std::vector<int64_t> sample_indices;  // dataset index of each local row
   int64_t num_repeated = 0;             // wrap-around rows in the whole global batch
+  int64_t num_padding = 0;              // even_batches: padding rows past B in the global batch
+  int64_t local_valid_rows = 0;         // leading local rows that are not padding
   LoaderState state_after;              // state() once this batch is returned
 };
 
 class DataLoader {
  public:
   // Errors: null or empty dataset; rank not in the mesh; an unknown, out-of-range or repeated dp
-  // dim; global_batch_size < 1; prefetch_depth < 0; num_epochs < 0; drop_last with B > n.
+  // dim; no dp dim named or found on a mesh of several ranks (without replicate_batch);
+  // dp_dims with replicate_batch; global_batch_size < 1; prefetch_depth < 0; num_readers < 1;
+  // num_epochs < 0; drop_last with B > n.
   static StatusOr<std::unique_ptr<DataLoader>> Create(std::shared_ptr<const Dataset> dataset, DeviceMesh mesh,
                                                       int rank, DataLoaderOptions options);
   ~DataLoader();
@@ -128,8 +168,11 @@ class DataLoader {
   StatusOr<Batch> NextBatch();
 
   LoaderState state() const { return state_; }
-  // Resumes at `state`. Errors (FAILED_PRECONDITION naming both values): seed or num_samples
-  // differ from this loader's; INVALID_ARGUMENT for a negative epoch, consumed outside [0, n].
+  // Resumes at `state`. Errors (FAILED_PRECONDITION naming the field and both values): seed,
+  // num_samples, shuffle, drop_last or the dataset fingerprint differ from this loader's (fields
+  // absent from the state are not checked); INVALID_ARGUMENT for a negative epoch, consumed
+  // outside [0, n]. A different batch_size (and any mesh / dp size / even_batches) is accepted:
+  // the next batch starts at position `consumed` of the same epoch order.
   Status Restore(const LoaderState& state);
 
   const Layout& layout() const { return layout_; }
@@ -151,10 +194,13 @@ class DataLoader {
   // The state that starts the next batch: rolls (epoch, consumed) over to the next epoch when no
   // batch starts at `consumed`.
   LoaderState Normalize(LoaderState s) const;
+  // The state after the batch starting at `s`.
+  LoaderState Advance(LoaderState s) const;
+  bool AtEnd(const LoaderState& s) const { return options_.num_epochs > 0 && s.epoch >= options_.num_epochs; }
   StatusOr<Batch> Produce(const LoaderState& at) const;
-  void StartWorker();
-  void StopWorker();
-  void WorkerLoop(LoaderState cursor);
+  void StartWorkers();
+  void StopWorkers();
+  void ReaderLoop();
 
   std::shared_ptr<const Dataset> dataset_;
   DataLoaderOptions options_;
@@ -166,13 +212,19 @@ class DataLoader {
   LoaderState state_;          // consumer side: after the last returned batch
   Status sticky_;              // first error returned by Next (repeated until Restore)
 
-  // Prefetch (guarded by mu_).
+  // Prefetch (guarded by mu_). Readers claim batch sequence numbers in order (claim_cursor_ is
+  // the state the next claimed batch starts at), read outside the lock and file the result under
+  // its number; the consumer takes number next_consume_ when it is ready.
   std::mutex mu_;
-  std::condition_variable not_full_, not_empty_;
-  std::deque<StatusOr<Batch>> queue_;
+  std::condition_variable can_claim_, ready_cv_;
+  std::map<int64_t, StatusOr<Batch>> ready_;
+  LoaderState claim_cursor_;
+  int64_t next_claim_ = 0;
+  int64_t next_consume_ = 0;
+  bool claims_done_ = false;  // an error or the end of data was claimed
   bool stop_ = false;
-  std::thread worker_;
-  bool worker_running_ = false;  // touched only by the consumer thread
+  std::vector<std::thread> readers_;
+  bool workers_running_ = false;  // touched only by the consumer thread
 };
 
 }  // namespace meshflow

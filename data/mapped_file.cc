@@ -1,17 +1,20 @@
 #include "meshflow/data/mapped_file.h"
 
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <vector>
+
+#include "meshflow/base/checksum.h"
 
 namespace meshflow {
 
-StatusOr<std::unique_ptr<MappedFile>> MappedFile::Open(const std::string& path) {
+StatusOr<std::unique_ptr<RandomAccessFile>> RandomAccessFile::Open(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return NotFoundError("cannot open file '" + path + "': " + std::strerror(errno));
   struct stat st {};
@@ -24,38 +27,74 @@ StatusOr<std::unique_ptr<MappedFile>> MappedFile::Open(const std::string& path) 
     ::close(fd);
     return InvalidArgumentError("'" + path + "' is not a regular file");
   }
-  auto file = std::unique_ptr<MappedFile>(new MappedFile());
+  auto file = std::unique_ptr<RandomAccessFile>(new RandomAccessFile());
   file->path_ = path;
-  file->size_ = static_cast<size_t>(st.st_size);
-  if (file->size_ > 0) {
-    void* p = ::mmap(nullptr, file->size_, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (p == MAP_FAILED) {
-      const int err = errno;
-      ::close(fd);
-      return UnavailableError("cannot mmap file '" + path + "': " + std::strerror(err));
-    }
-    file->data_ = static_cast<const std::byte*>(p);
-  }
-  ::close(fd);  // the mapping stays valid
+  file->fd_ = fd;
+  file->size_ = static_cast<uint64_t>(st.st_size);
   return file;
 }
 
-MappedFile::~MappedFile() {
-  if (data_ != nullptr) ::munmap(const_cast<std::byte*>(data_), size_);
+RandomAccessFile::~RandomAccessFile() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+Status RandomAccessFile::ReadAt(uint64_t offset, std::span<std::byte> dst) const {
+  size_t done = 0;
+  while (done < dst.size()) {
+    const ssize_t got = ::pread(fd_, dst.data() + done, dst.size() - done, static_cast<off_t>(offset + done));
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      return UnavailableError("read of " + std::to_string(dst.size()) + " bytes at offset " + std::to_string(offset) +
+                              " from '" + path_ + "' failed: " + std::strerror(errno));
+    }
+    if (got == 0) {
+      struct stat st {};
+      const std::string now = ::fstat(fd_, &st) == 0 ? std::to_string(st.st_size) : "?";
+      return DataLossError("file '" + path_ + "' ends at byte " + std::to_string(offset + done) + ", reading bytes [" +
+                           std::to_string(offset) + ", " + std::to_string(offset + dst.size()) + "); it had " +
+                           std::to_string(size_) + " bytes at open and has " + now +
+                           " now (truncated after open?)");
+    }
+    done += static_cast<size_t>(got);
+  }
+  return Status::Ok();
+}
+
+StatusOr<uint32_t> RandomAccessFile::Crc32cOf(uint64_t offset, uint64_t length) const {
+  std::vector<std::byte> buf(static_cast<size_t>(std::min<uint64_t>(length, uint64_t{1} << 20)));
+  uint32_t crc = 0;
+  for (uint64_t pos = 0; pos < length;) {
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(buf.size(), length - pos));
+    MF_RETURN_IF_ERROR(ReadAt(offset + pos, std::span<std::byte>(buf.data(), n)));
+    crc = Crc32cExtend(crc, std::span<const std::byte>(buf.data(), n));
+    pos += n;
+  }
+  return crc;
 }
 
 Status WriteFileParts(const std::string& path, std::span<const std::span<const std::byte>> parts) {
-  std::FILE* f = std::fopen(path.c_str(), "wb");
-  if (f == nullptr) return UnavailableError("cannot create file '" + path + "': " + std::strerror(errno));
+  const std::string tmp = path + ".tmp";
+  std::FILE* f = std::fopen(tmp.c_str(), "wb");
+  if (f == nullptr) return UnavailableError("cannot create file '" + tmp + "': " + std::strerror(errno));
   for (std::span<const std::byte> part : parts) {
     if (part.empty()) continue;
     if (std::fwrite(part.data(), 1, part.size(), f) != part.size()) {
       const int err = errno;
       std::fclose(f);
-      return UnavailableError("write to '" + path + "' failed: " + std::strerror(err));
+      std::remove(tmp.c_str());
+      return UnavailableError("write to '" + tmp + "' failed: " + std::strerror(err));
     }
   }
-  if (std::fclose(f) != 0) return UnavailableError("closing '" + path + "' failed: " + std::strerror(errno));
+  if (std::fclose(f) != 0) {
+    const int err = errno;
+    std::remove(tmp.c_str());
+    return UnavailableError("closing '" + tmp + "' failed: " + std::strerror(err));
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    std::remove(tmp.c_str());
+    return UnavailableError("renaming '" + tmp + "' to '" + path + "' failed: " + std::strerror(err));
+  }
   return Status::Ok();
 }
 

@@ -1,95 +1,358 @@
 #include "meshflow/data/token_file.h"
 
+#include <algorithm>
 #include <bit>
+#include <cinttypes>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <utility>
+
+#include "meshflow/base/checksum.h"
 
 namespace meshflow {
 
 static_assert(std::endian::native == std::endian::little, "token files are read as little-endian");
 
-Status WriteTokenFile(const std::string& path, std::span<const uint32_t> tokens, TokenWidth width) {
-  const size_t w = static_cast<size_t>(width);
-  std::vector<std::byte> bytes(tokens.size() * w);
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    if (width == TokenWidth::kU16) {
-      if (tokens[i] > 0xFFFFu) {
-        return InvalidArgumentError("WriteTokenFile '" + path + "': token " + std::to_string(tokens[i]) +
-                                    " at position " + std::to_string(i) + " does not fit uint16");
-      }
-      const uint16_t t = static_cast<uint16_t>(tokens[i]);
-      std::memcpy(bytes.data() + i * w, &t, w);
-    } else {
-      std::memcpy(bytes.data() + i * w, &tokens[i], w);
-    }
-  }
-  const std::span<const std::byte> parts[] = {bytes};
-  return WriteFileParts(path, parts);
-}
-
-StatusOr<std::shared_ptr<TokenFileDataset>> TokenFileDataset::Open(const std::string& path, TokenFileOptions options) {
-  if (options.seq_len < 1) {
-    return InvalidArgumentError("token file '" + path + "': seq_len must be >= 1, got " + std::to_string(options.seq_len));
-  }
-  if (options.dtype != DType::kI32 && options.dtype != DType::kI64) {
-    return InvalidArgumentError("token file '" + path + "': output dtype must be i32 or i64, got " +
-                                std::string(DTypeName(options.dtype)));
-  }
-  if (options.width != TokenWidth::kU16 && options.width != TokenWidth::kU32) {
-    return InvalidArgumentError("token file '" + path + "': token width must be 2 (uint16) or 4 (uint32) bytes");
-  }
-  MF_ASSIGN_OR_RETURN(std::unique_ptr<MappedFile> file, MappedFile::Open(path));
-  const size_t w = static_cast<size_t>(options.width);
-  if (file->size() % w != 0) {
-    return DataLossError("token file '" + path + "' has the wrong size: " + std::to_string(file->size()) +
-                         " bytes is not a multiple of the " + std::to_string(w) + "-byte token width");
-  }
-  const int64_t num_tokens = static_cast<int64_t>(file->size() / w);
-  if (num_tokens < options.seq_len + 1) {
-    return DataLossError("token file '" + path + "' holds " + std::to_string(num_tokens) + " tokens, fewer than one sample (seq_len + 1 = " +
-                         std::to_string(options.seq_len + 1) + ")");
-  }
-  auto ds = std::shared_ptr<TokenFileDataset>(new TokenFileDataset());
-  ds->file_ = std::move(file);
-  ds->options_ = options;
-  ds->sample_shape_ = {options.seq_len + 1};
-  ds->num_tokens_ = num_tokens;
-  ds->num_samples_ = (num_tokens - 1) / options.seq_len;
-  return ds;
-}
-
 namespace {
 
-template <typename In, typename Out>
-Status Convert(const std::byte* src, int64_t first_token, int64_t n, Out* dst, const TokenFileDataset& ds) {
-  for (int64_t i = 0; i < n; ++i) {
-    In t;
-    std::memcpy(&t, src + i * static_cast<int64_t>(sizeof(In)), sizeof(In));
-    if constexpr (sizeof(In) == 4 && sizeof(Out) == 4) {
-      if (t > static_cast<In>(std::numeric_limits<int32_t>::max())) {
-        return DataLossError(ds.name() + ": token " + std::to_string(t) + " at position " +
-                             std::to_string(first_token + i) + " does not fit the i32 output dtype (use i64)");
-      }
+constexpr size_t kMagicOff = 0, kVersionOff = 8, kWidthOff = 12, kCountOff = 16, kVocabOff = 24, kPayloadCrcOff = 32,
+                 kReservedOff = 36, kHeaderCrcOff = 60;
+constexpr int64_t kMaxTokens = int64_t{1} << 60;
+
+void PutU32(std::byte* p, uint32_t v) {
+  for (int i = 0; i < 4; ++i) p[i] = static_cast<std::byte>((v >> (8 * i)) & 0xFFu);
+}
+void PutU64(std::byte* p, uint64_t v) {
+  for (int i = 0; i < 8; ++i) p[i] = static_cast<std::byte>((v >> (8 * i)) & 0xFFu);
+}
+uint32_t GetU32(const std::byte* p) {
+  uint32_t v = 0;
+  for (int i = 0; i < 4; ++i) v |= static_cast<uint32_t>(p[i]) << (8 * i);
+  return v;
+}
+uint64_t GetU64(const std::byte* p) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(p[i]) << (8 * i);
+  return v;
+}
+std::string Hex32(uint32_t v) {
+  char buf[16];
+  std::snprintf(buf, sizeof(buf), "0x%08" PRIx32, v);
+  return buf;
+}
+
+// Encodes tokens into `width` bytes each. Errors name the position of a token that does not fit
+// the width or the vocabulary.
+Status EncodeTokens(const std::string& what, std::span<const uint32_t> tokens, TokenWidth width, int64_t vocab_size,
+                    std::vector<std::byte>* out) {
+  const size_t w = static_cast<size_t>(width);
+  out->assign(tokens.size() * w, std::byte{0});
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (width == TokenWidth::kU16 && tokens[i] > 0xFFFFu) {
+      return InvalidArgumentError(what + ": token " + std::to_string(tokens[i]) + " at position " + std::to_string(i) +
+                                  " does not fit uint16");
     }
-    dst[i] = static_cast<Out>(t);
+    if (vocab_size > 0 && static_cast<int64_t>(tokens[i]) >= vocab_size) {
+      return InvalidArgumentError(what + ": token " + std::to_string(tokens[i]) + " at position " + std::to_string(i) +
+                                  " is outside the vocabulary [0, " + std::to_string(vocab_size) + ")");
+    }
+    if (width == TokenWidth::kU16) {
+      const uint16_t t = static_cast<uint16_t>(tokens[i]);
+      std::memcpy(out->data() + i * w, &t, w);
+    } else {
+      std::memcpy(out->data() + i * w, &tokens[i], w);
+    }
   }
   return Status::Ok();
 }
 
 }  // namespace
 
-Status TokenFileDataset::ReadUnchecked(int64_t index, std::span<std::byte> dst) const {
-  const int64_t first = index * options_.seq_len;
-  const int64_t n = options_.seq_len + 1;
-  const int64_t w = static_cast<int64_t>(options_.width);
-  const std::byte* src = file_->bytes().data() + first * w;
-  if (options_.width == TokenWidth::kU16) {
-    if (options_.dtype == DType::kI32) return Convert<uint16_t>(src, first, n, reinterpret_cast<int32_t*>(dst.data()), *this);
-    return Convert<uint16_t>(src, first, n, reinterpret_cast<int64_t*>(dst.data()), *this);
+std::vector<std::byte> EncodeTokenFileHeader(const TokenFileHeader& h) {
+  std::vector<std::byte> out(kTokenFileHeaderSize, std::byte{0});
+  std::memcpy(out.data() + kMagicOff, kTokenFileMagic, 8);
+  PutU32(out.data() + kVersionOff, h.version);
+  PutU32(out.data() + kWidthOff, static_cast<uint32_t>(h.width));
+  PutU64(out.data() + kCountOff, static_cast<uint64_t>(h.num_tokens));
+  PutU64(out.data() + kVocabOff, static_cast<uint64_t>(h.vocab_size));
+  PutU32(out.data() + kPayloadCrcOff, h.payload_crc);
+  PutU32(out.data() + kHeaderCrcOff, Crc32c(std::span<const std::byte>(out.data(), kHeaderCrcOff)));
+  return out;
+}
+
+StatusOr<TokenFileHeader> DecodeTokenFileHeader(std::span<const std::byte> bytes, const std::string& path) {
+  const std::string where = "token file '" + path + "'";
+  if (static_cast<int64_t>(bytes.size()) < kTokenFileHeaderSize) {
+    return DataLossError(where + ": truncated header: " + std::to_string(bytes.size()) + " bytes, the header needs " +
+                         std::to_string(kTokenFileHeaderSize));
   }
-  if (options_.dtype == DType::kI32) return Convert<uint32_t>(src, first, n, reinterpret_cast<int32_t*>(dst.data()), *this);
-  return Convert<uint32_t>(src, first, n, reinterpret_cast<int64_t*>(dst.data()), *this);
+  if (std::memcmp(bytes.data() + kMagicOff, kTokenFileMagic, 8) != 0) {
+    return DataLossError(where + ": corrupted header: bad magic (expected \"MFTOKENS\")");
+  }
+  TokenFileHeader h;
+  h.version = GetU32(bytes.data() + kVersionOff);
+  if (h.version != kTokenFileVersion) {
+    return UnimplementedError(where + ": unsupported format version " + std::to_string(h.version) +
+                              " (this reader reads " + std::to_string(kTokenFileVersion) + ")");
+  }
+  const uint32_t stored = GetU32(bytes.data() + kHeaderCrcOff);
+  const uint32_t crc = Crc32c(bytes.subspan(0, kHeaderCrcOff));
+  if (stored != crc) {
+    return DataLossError(where + ": corrupted header: header CRC-32C is " + Hex32(crc) + ", stored " + Hex32(stored));
+  }
+  const uint32_t width = GetU32(bytes.data() + kWidthOff);
+  if (width != 2 && width != 4) {
+    return DataLossError(where + ": corrupted header: token width " + std::to_string(width) + " (expected 2 or 4)");
+  }
+  h.width = static_cast<TokenWidth>(width);
+  const uint64_t count = GetU64(bytes.data() + kCountOff);
+  if (count > static_cast<uint64_t>(kMaxTokens)) {
+    return DataLossError(where + ": corrupted header: token count " + std::to_string(count) + " > 2^60");
+  }
+  h.num_tokens = static_cast<int64_t>(count);
+  const uint64_t vocab = GetU64(bytes.data() + kVocabOff);
+  const uint64_t max_vocab = width == 2 ? uint64_t{1} << 16 : uint64_t{1} << 32;
+  if (vocab < 1 || vocab > max_vocab) {
+    return DataLossError(where + ": corrupted header: vocabulary size " + std::to_string(vocab) + " outside [1, " +
+                         std::to_string(max_vocab) + "] for " + std::to_string(width) + "-byte tokens");
+  }
+  h.vocab_size = static_cast<int64_t>(vocab);
+  for (size_t i = kReservedOff; i < kHeaderCrcOff; ++i) {
+    if (bytes[i] != std::byte{0}) return DataLossError(where + ": corrupted header: reserved bytes not 0");
+  }
+  h.payload_crc = GetU32(bytes.data() + kPayloadCrcOff);
+  return h;
+}
+
+Status WriteTokenFile(const std::string& path, std::span<const uint32_t> tokens, TokenWidth width, int64_t vocab_size) {
+  if (vocab_size < 0) {
+    return InvalidArgumentError("WriteTokenFile '" + path + "': vocab_size must be >= 0, got " +
+                                std::to_string(vocab_size));
+  }
+  std::vector<std::byte> payload;
+  MF_RETURN_IF_ERROR(EncodeTokens("WriteTokenFile '" + path + "'", tokens, width, vocab_size, &payload));
+  TokenFileHeader h{.width = width, .num_tokens = static_cast<int64_t>(tokens.size()), .vocab_size = vocab_size};
+  if (h.vocab_size == 0) {
+    h.vocab_size = tokens.empty() ? 1 : static_cast<int64_t>(*std::max_element(tokens.begin(), tokens.end())) + 1;
+  }
+  h.payload_crc = Crc32c(payload);
+  const std::vector<std::byte> header = EncodeTokenFileHeader(h);
+  const std::span<const std::byte> parts[] = {header, payload};
+  return WriteFileParts(path, parts);
+}
+
+Status WriteRawTokenFile(const std::string& path, std::span<const uint32_t> tokens, TokenWidth width) {
+  std::vector<std::byte> payload;
+  MF_RETURN_IF_ERROR(EncodeTokens("WriteRawTokenFile '" + path + "'", tokens, width, 0, &payload));
+  const std::span<const std::byte> parts[] = {payload};
+  return WriteFileParts(path, parts);
+}
+
+StatusOr<TokenFileHeader> ConvertRawTokenFile(const std::string& in, const std::string& out, TokenWidth width,
+                                              int64_t vocab_size) {
+  const std::string what = "convert '" + in + "'";
+  if (width != TokenWidth::kU16 && width != TokenWidth::kU32) {
+    return InvalidArgumentError(what + ": token width must be 2 (uint16) or 4 (uint32) bytes");
+  }
+  if (vocab_size < 0) return InvalidArgumentError(what + ": vocab_size must be >= 0, got " + std::to_string(vocab_size));
+  MF_ASSIGN_OR_RETURN(std::unique_ptr<RandomAccessFile> f, RandomAccessFile::Open(in));
+  const uint64_t w = static_cast<uint64_t>(width);
+  if (f->size() >= 8) {
+    std::byte magic[8];
+    MF_RETURN_IF_ERROR(f->ReadAt(0, magic));
+    if (std::memcmp(magic, kTokenFileMagic, 8) == 0) {
+      return InvalidArgumentError(what + ": it is already a .mftok file (it starts with \"MFTOKENS\")");
+    }
+  }
+  if (f->size() % w != 0) {
+    return DataLossError(what + ": " + std::to_string(f->size()) + " bytes is not a multiple of the " +
+                         std::to_string(w) + "-byte token width");
+  }
+  TokenFileHeader h{.width = width, .num_tokens = static_cast<int64_t>(f->size() / w)};
+  // One pass: CRC, maximum and vocabulary check; the payload is copied as is.
+  const std::string tmp = out + ".tmp";
+  std::FILE* o = std::fopen(tmp.c_str(), "wb");
+  if (o == nullptr) return UnavailableError("cannot create file '" + tmp + "': " + std::strerror(errno));
+  auto fail = [&](Status s) {
+    std::fclose(o);
+    std::remove(tmp.c_str());
+    return s;
+  };
+  std::vector<std::byte> header(kTokenFileHeaderSize, std::byte{0});
+  if (std::fwrite(header.data(), 1, header.size(), o) != header.size()) {
+    return fail(UnavailableError("write to '" + tmp + "' failed"));
+  }
+  std::vector<std::byte> buf(1 << 20);
+  uint32_t crc = 0;
+  uint64_t max_token = 0;
+  for (uint64_t pos = 0; pos < f->size();) {
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(buf.size(), f->size() - pos));
+    if (Status s = f->ReadAt(pos, std::span<std::byte>(buf.data(), n)); !s.ok()) return fail(s);
+    for (size_t i = 0; i < n; i += w) {
+      uint32_t t = 0;
+      std::memcpy(&t, buf.data() + i, w);
+      if (vocab_size > 0 && static_cast<int64_t>(t) >= vocab_size) {
+        return fail(DataLossError(what + ": token " + std::to_string(t) + " at position " +
+                                  std::to_string((pos + i) / w) + " is outside the vocabulary [0, " +
+                                  std::to_string(vocab_size) + ")"));
+      }
+      max_token = std::max<uint64_t>(max_token, t);
+    }
+    crc = Crc32cExtend(crc, std::span<const std::byte>(buf.data(), n));
+    if (std::fwrite(buf.data(), 1, n, o) != n) return fail(UnavailableError("write to '" + tmp + "' failed"));
+    pos += n;
+  }
+  h.vocab_size = vocab_size > 0 ? vocab_size : static_cast<int64_t>(max_token) + 1;
+  h.payload_crc = crc;
+  header = EncodeTokenFileHeader(h);
+  if (std::fseek(o, 0, SEEK_SET) != 0 || std::fwrite(header.data(), 1, header.size(), o) != header.size()) {
+    return fail(UnavailableError("write to '" + tmp + "' failed"));
+  }
+  if (std::fclose(o) != 0) {
+    std::remove(tmp.c_str());
+    return UnavailableError("closing '" + tmp + "' failed");
+  }
+  if (std::rename(tmp.c_str(), out.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    return UnavailableError("renaming '" + tmp + "' to '" + out + "' failed: " + std::strerror(errno));
+  }
+  return h;
+}
+
+StatusOr<std::shared_ptr<TokenFileDataset>> TokenFileDataset::Open(const std::string& path, TokenFileOptions options) {
+  if (options.seq_len < 1 || options.seq_len > kTokenFileMaxSeqLen) {
+    return InvalidArgumentError("token file '" + path + "': seq_len must be in [1, 2^40], got " +
+                                std::to_string(options.seq_len));
+  }
+  if (options.dtype != DType::kI32 && options.dtype != DType::kI64) {
+    return InvalidArgumentError("token file '" + path + "': output dtype must be i32 or i64, got " +
+                                std::string(DTypeName(options.dtype)));
+  }
+  if (options.width && *options.width != TokenWidth::kU16 && *options.width != TokenWidth::kU32) {
+    return InvalidArgumentError("token file '" + path + "': token width must be 2 (uint16) or 4 (uint32) bytes");
+  }
+  MF_ASSIGN_OR_RETURN(std::unique_ptr<RandomAccessFile> file, RandomAccessFile::Open(path));
+  auto ds = std::shared_ptr<TokenFileDataset>(new TokenFileDataset());
+  bool has_magic = false;
+  if (file->size() >= 8) {
+    std::byte magic[8];
+    MF_RETURN_IF_ERROR(file->ReadAt(0, magic));
+    has_magic = std::memcmp(magic, kTokenFileMagic, 8) == 0;
+  }
+  uint64_t fp = FingerprintCombine(0x6d66746f6b656e73ull, static_cast<uint64_t>(options.seq_len));
+  fp = FingerprintCombine(fp, static_cast<uint64_t>(options.dtype));
+  if (has_magic) {
+    std::vector<std::byte> head(static_cast<size_t>(std::min<uint64_t>(file->size(), kTokenFileHeaderSize)));
+    MF_RETURN_IF_ERROR(file->ReadAt(0, head));
+    MF_ASSIGN_OR_RETURN(TokenFileHeader h, DecodeTokenFileHeader(head, path));
+    if (options.width && *options.width != h.width) {
+      return InvalidArgumentError("token file '" + path + "' holds " + std::to_string(static_cast<int>(h.width)) +
+                                  "-byte tokens (header) but " + std::to_string(static_cast<int>(*options.width)) +
+                                  "-byte tokens were requested");
+    }
+    const uint64_t expected =
+        static_cast<uint64_t>(kTokenFileHeaderSize) + static_cast<uint64_t>(h.num_tokens) * static_cast<uint64_t>(h.width);
+    if (file->size() != expected) {
+      return DataLossError("token file '" + path + "' has " + std::to_string(file->size()) + " bytes but its header says " +
+                           std::to_string(h.num_tokens) + " tokens (" + std::to_string(expected) + " bytes)" +
+                           (file->size() < expected ? " (truncated)" : " (trailing bytes)"));
+    }
+    if (options.verify_checksum) {
+      MF_ASSIGN_OR_RETURN(const uint32_t crc, file->Crc32cOf(kTokenFileHeaderSize, expected - kTokenFileHeaderSize));
+      if (crc != h.payload_crc) {
+        return DataLossError("token file '" + path + "': payload checksum mismatch: CRC-32C is " + Hex32(crc) +
+                             ", header says " + Hex32(h.payload_crc) + " (corrupted data)");
+      }
+    }
+    ds->header_ = h;
+    ds->width_ = h.width;
+    ds->payload_offset_ = kTokenFileHeaderSize;
+    ds->num_tokens_ = h.num_tokens;
+    for (uint64_t v : {uint64_t{h.version}, static_cast<uint64_t>(h.width), static_cast<uint64_t>(h.num_tokens),
+                       static_cast<uint64_t>(h.vocab_size), uint64_t{h.payload_crc}}) {
+      fp = FingerprintCombine(fp, v);
+    }
+  } else {
+    if (!options.width) {
+      return InvalidArgumentError("token file '" + path +
+                                  "' has no header (a legacy raw token file): give TokenFileOptions::width "
+                                  "explicitly, or convert it with convert_tokens / ConvertRawTokenFile");
+    }
+    const uint64_t w = static_cast<uint64_t>(*options.width);
+    if (file->size() % w != 0) {
+      return DataLossError("token file '" + path + "' has the wrong size: " + std::to_string(file->size()) +
+                           " bytes is not a multiple of the " + std::to_string(w) + "-byte token width");
+    }
+    ds->width_ = *options.width;
+    ds->num_tokens_ = static_cast<int64_t>(file->size() / w);
+    // A raw file has no checksum: the fingerprint covers its size and its first and last MiB.
+    const uint64_t edge = std::min<uint64_t>(file->size(), uint64_t{1} << 20);
+    MF_ASSIGN_OR_RETURN(const uint32_t head_crc, file->Crc32cOf(0, edge));
+    MF_ASSIGN_OR_RETURN(const uint32_t tail_crc, file->Crc32cOf(file->size() - edge, edge));
+    for (uint64_t v : {w, file->size(), uint64_t{head_crc}, uint64_t{tail_crc}}) fp = FingerprintCombine(fp, v);
+  }
+  if (ds->num_tokens_ < options.seq_len + 1) {
+    return DataLossError("token file '" + path + "' holds " + std::to_string(ds->num_tokens_) +
+                         " tokens, fewer than one sample (seq_len + 1 = " + std::to_string(options.seq_len + 1) + ")");
+  }
+  ds->file_ = std::move(file);
+  ds->dtype_ = options.dtype;
+  ds->seq_len_ = options.seq_len;
+  ds->sample_shape_ = {options.seq_len + 1};
+  ds->num_samples_ = (ds->num_tokens_ - 1) / options.seq_len;
+  ds->fingerprint_ = fp;
+  return ds;
+}
+
+Status TokenFileDataset::ReadTokens(int64_t first, std::span<int64_t> out) const {
+  const int64_t n = static_cast<int64_t>(out.size());
+  if (first < 0 || first > num_tokens_ || n > num_tokens_ - first) {
+    return OutOfRangeError(name() + ": tokens [" + std::to_string(first) + ", +" + std::to_string(n) +
+                           ") outside [0, " + std::to_string(num_tokens_) + ")");
+  }
+  const int64_t w = static_cast<int64_t>(width_);
+  std::vector<std::byte> raw(static_cast<size_t>(n * w));
+  MF_RETURN_IF_ERROR(file_->ReadAt(static_cast<uint64_t>(payload_offset_ + first * w), raw));
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t t = 0;
+    std::memcpy(&t, raw.data() + i * w, static_cast<size_t>(w));
+    out[static_cast<size_t>(i)] = t;
+  }
+  return Status::Ok();
+}
+
+Status TokenFileDataset::ReadUnchecked(int64_t index, std::span<std::byte> dst) const {
+  const int64_t first = index * seq_len_;
+  const int64_t n = seq_len_ + 1;
+  const int64_t w = static_cast<int64_t>(width_);
+  // The raw tokens go to the end of dst (an output element is at least as wide as a token) and
+  // are widened in place from the front: element i is written after token i was read.
+  std::byte* raw = dst.data() + dst.size() - static_cast<size_t>(n * w);
+  MF_RETURN_IF_ERROR(file_->ReadAt(static_cast<uint64_t>(payload_offset_ + first * w),
+                                   std::span<std::byte>(raw, static_cast<size_t>(n * w))));
+  const int64_t vocab = header_ ? header_->vocab_size : int64_t{1} << 33;
+  const size_t out_size = DTypeSize(dtype_);
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t t = 0;
+    std::memcpy(&t, raw + i * w, static_cast<size_t>(w));
+    if (static_cast<int64_t>(t) >= vocab) {
+      return DataLossError(name() + ": token " + std::to_string(t) + " at position " + std::to_string(first + i) +
+                           " is outside the vocabulary [0, " + std::to_string(vocab) + ") of its header");
+    }
+    if (out_size == 4) {
+      if (t > static_cast<uint32_t>(std::numeric_limits<int32_t>::max())) {
+        return DataLossError(name() + ": token " + std::to_string(t) + " at position " + std::to_string(first + i) +
+                             " does not fit the i32 output dtype (use i64)");
+      }
+      const int32_t v = static_cast<int32_t>(t);
+      std::memcpy(dst.data() + i * 4, &v, 4);
+    } else {
+      const int64_t v = t;
+      std::memcpy(dst.data() + i * 8, &v, 8);
+    }
+  }
+  return Status::Ok();
 }
 
 }  // namespace meshflow

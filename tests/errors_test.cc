@@ -559,6 +559,7 @@ TEST(ErrorsTest, DataLoaderRestore_OtherSeed) {
   DataLoaderOptions o;
   o.global_batch_size = 4;
   o.seed = 1;
+  o.dp_dims = {0};  // an unnamed mesh has no default data-parallel dim
   auto loader = DataLoader::Create(TenSamples(), Mesh({2}), 0, o);
   ASSERT_TRUE(loader.ok()) << loader.status();
   LoaderState st = (*loader)->state();

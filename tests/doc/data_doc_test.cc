@@ -108,6 +108,21 @@ TEST(LoaderStateDocTest, TextForm) {
   ASSERT_TRUE(st.ok()) << st.status();
   EXPECT_EQ(*st, (LoaderState{.version = 1, .seed = 42, .epoch = 3, .consumed = 128, .num_samples = 1000}));
   EXPECT_EQ(st->ToString(), text);
+  // The v2 example of data/loader.h (one line there, split in two).
+  const std::string v2 =
+      "meshflow.data.LoaderState v2 seed=42 epoch=3 consumed=128 num_samples=1000 batch_size=32 "
+      "shuffle=1 drop_last=0 dataset=00c0ffee12345678";
+  StatusOr<LoaderState> st2 = LoaderState::Parse(v2);
+  ASSERT_TRUE(st2.ok()) << st2.status();
+  EXPECT_EQ(*st2, (LoaderState{.seed = 42,
+                               .epoch = 3,
+                               .consumed = 128,
+                               .num_samples = 1000,
+                               .batch_size = 32,
+                               .shuffle = true,
+                               .drop_last = false,
+                               .dataset_fingerprint = 0x00c0ffee12345678ull}));
+  EXPECT_EQ(st2->ToString(), v2);
 }
 
 // data/token_file.h (tokens: 1000 token ids).
@@ -182,19 +197,57 @@ TEST_F(DataDocTest, RecordShards) {
 }
 
 // data/mapped_file.h
-Status MappedFileExample(const std::vector<std::byte>& written) {
-  MF_ASSIGN_OR_RETURN(std::unique_ptr<MappedFile> f, MappedFile::Open("train.bin"));
-  std::span<const std::byte> bytes = f->bytes();
+Status RandomAccessFileExample(const std::vector<std::byte>& written) {
+  MF_ASSIGN_OR_RETURN(std::unique_ptr<RandomAccessFile> f, RandomAccessFile::Open("train.bin"));
+  std::vector<std::byte> head(64);
+  MF_RETURN_IF_ERROR(f->ReadAt(0, head));   // DATA_LOSS if the file is shorter than 64 bytes
 
-  EXPECT_EQ(std::vector<std::byte>(bytes.begin(), bytes.end()), written);
+  EXPECT_EQ(head, std::vector<std::byte>(written.begin(), written.begin() + 64));
+  std::vector<std::byte> past(8);
+  EXPECT_EQ(f->ReadAt(written.size() - 4, past).code(), StatusCode::kDataLoss);
   return Status::Ok();
 }
 
-TEST_F(DataDocTest, MappedFile) {
+TEST_F(DataDocTest, RandomAccessFile) {
   const std::vector<std::byte> written = BytesOf(Tensor::Iota(DType::kI32, {100}));
   const std::span<const std::byte> parts[] = {written};
   ASSERT_EQ(WriteFileParts("train.bin", parts), Status::Ok());
-  EXPECT_EQ(MappedFileExample(written), Status::Ok());
+  EXPECT_EQ(RandomAccessFileExample(written), Status::Ok());
+}
+
+// data/token_file.h: the .mftok header table.
+TEST_F(DataDocTest, TokenFileHeaderTable) {
+  const std::vector<uint32_t> tokens = {5, 6, 7, 300};
+  ASSERT_EQ(WriteTokenFile("h.mftok", tokens, TokenWidth::kU16, 1000), Status::Ok());
+  const std::vector<char> file = testing::ReadAll("h.mftok");
+  ASSERT_EQ(file.size(), 64u + 8u);
+  EXPECT_EQ(std::string(file.data(), 8), "MFTOKENS");
+  EXPECT_EQ(ReadLE<uint32_t>(file, 8), 1u);      // version
+  EXPECT_EQ(ReadLE<uint32_t>(file, 12), 2u);     // width
+  EXPECT_EQ(ReadLE<uint64_t>(file, 16), 4u);     // token count
+  EXPECT_EQ(ReadLE<uint64_t>(file, 24), 1000u);  // vocabulary size
+  const auto* bytes = reinterpret_cast<const std::byte*>(file.data());
+  EXPECT_EQ(ReadLE<uint32_t>(file, 32), Crc32c(std::span(bytes + 64, 8)));  // payload CRC
+  for (size_t i = 36; i < 60; ++i) EXPECT_EQ(file[i], 0) << "reserved byte " << i;
+  EXPECT_EQ(ReadLE<uint32_t>(file, 60), Crc32c(std::span(bytes, 60)));  // header CRC
+  EXPECT_EQ(ReadLE<uint16_t>(file, 70), 300u);
+}
+
+// data/record_shards.h: the manifest example.
+TEST_F(DataDocTest, RecordShardManifestText) {
+  StatusOr<std::shared_ptr<InMemoryDataset>> in_memory = InMemoryDataset::FromTensor(Tensor::Iota(DType::kI32, {1500, 2, 3}));
+  ASSERT_TRUE(in_memory.ok());
+  ASSERT_EQ(WriteRecordShards("m", **in_memory, 1000), Status::Ok());
+  const std::vector<char> text = testing::ReadAll("m/manifest.mfidx");
+  const std::string s(text.begin(), text.end());
+  EXPECT_EQ(s.rfind("meshflow.data.RecordShardManifest v1\n"
+                    "dtype=i32 shape=[2,3] record_size=24 num_shards=2 num_records=1500\n"
+                    "shard name=shard-00000.mfrec records=1000 bytes=24128 crc32c=0x",
+                    0),
+            0u)
+      << s;
+  EXPECT_NE(s.find("shard name=shard-00001.mfrec records=500 bytes=12128 crc32c=0x"), std::string::npos) << s;
+  EXPECT_NE(s.find("\nmanifest_crc32c=0x"), std::string::npos) << s;
 }
 
 // data/sample_order.h
