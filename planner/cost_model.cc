@@ -355,10 +355,16 @@ StatusOr<Topology> ParseTopology(std::string_view text) {
       return bad("value '" + val + "' of " + key + " is not a number");
     }
     if (key == "bw_intra" || key == "bw_inter") {
-      if (v <= 0) return bad(key + "=" + val + " must be > 0");
+      if (!(v >= Topology::kMinBandwidthGBps)) {
+        return bad(key + "=" + val + " must be > 0 and at least " + FormatDouble(Topology::kMinBandwidthGBps) +
+                   " GB/s (1 kB/s)");
+      }
       (key == "bw_intra" ? t.bw_intra_gbps : t.bw_inter_gbps) = v;
     } else if (key == "lat_intra" || key == "lat_inter") {
       if (v < 0) return bad(key + "=" + val + " must be >= 0");
+      if (v > Topology::kMaxLatencyUs) {
+        return bad(key + "=" + val + " must be at most " + FormatDouble(Topology::kMaxLatencyUs) + " us");
+      }
       (key == "lat_intra" ? t.lat_intra_us : t.lat_inter_us) = v;
     } else {
       return bad("unknown key '" + key + "'; expected one of intra, bw_intra, bw_inter, lat_intra, lat_inter");
@@ -370,14 +376,36 @@ StatusOr<Topology> ParseTopology(std::string_view text) {
 Status Topology::Validate() const {
   for (const auto& [key, v] : {std::pair<const char*, double>{"bw_intra", bw_intra_gbps},
                                std::pair<const char*, double>{"bw_inter", bw_inter_gbps}}) {
-    if (!(v > 0) || !std::isfinite(v)) {
-      return InvalidArgumentError("topology " + std::string(key) + "=" + FormatDouble(v) + " must be > 0 and finite");
+    if (!(v >= kMinBandwidthGBps) || !std::isfinite(v)) {
+      return InvalidArgumentError("topology " + std::string(key) + "=" + FormatDouble(v) +
+                                  " must be > 0 and finite, at least " + FormatDouble(kMinBandwidthGBps) +
+                                  " GB/s (1 kB/s)");
     }
   }
   for (const auto& [key, v] : {std::pair<const char*, double>{"lat_intra", lat_intra_us},
                                std::pair<const char*, double>{"lat_inter", lat_inter_us}}) {
-    if (!(v >= 0) || !std::isfinite(v)) {
-      return InvalidArgumentError("topology " + std::string(key) + "=" + FormatDouble(v) + " must be >= 0 and finite");
+    if (!(v >= 0) || !std::isfinite(v) || v > kMaxLatencyUs) {
+      return InvalidArgumentError("topology " + std::string(key) + "=" + FormatDouble(v) +
+                                  " must be >= 0 and finite, at most " + FormatDouble(kMaxLatencyUs) + " us");
+    }
+  }
+  if (intra_dims.has_value()) {
+    for (int d : *intra_dims) {
+      if (d < 0) return InvalidArgumentError("topology intra= names mesh dim " + std::to_string(d) + ", which is negative");
+    }
+  }
+  return Status();
+}
+
+Status Topology::ValidateForMesh(int mesh_ndim) const {
+  MF_RETURN_IF_ERROR(Validate());
+  if (intra_dims.has_value()) {
+    for (int d : *intra_dims) {
+      if (d >= mesh_ndim) {
+        return InvalidArgumentError("topology intra= names mesh dim " + std::to_string(d) + " but the mesh has " +
+                                    std::to_string(mesh_ndim) + (mesh_ndim == 1 ? " dim" : " dims") + " (0.." +
+                                    std::to_string(mesh_ndim - 1) + ")");
+      }
     }
   }
   return Status();
@@ -572,6 +600,13 @@ Status FillPlanCosts(Plan& plan, const Topology& topo) {
   return Status();
 }
 
-int64_t CostUnits(double us) { return std::llround(us * 1e6); }
+int64_t CostUnits(double us) {
+  // Saturates: huge modelled times (slow links, huge tensors) must not overflow the conversion.
+  constexpr double kMaxUnits = 4.0e18;  // below INT64_MAX, with headroom for sums
+  const double ps = us * 1e6;
+  if (!(ps < kMaxUnits)) return static_cast<int64_t>(kMaxUnits);
+  if (ps <= 0) return 0;
+  return std::llround(ps);
+}
 
 }  // namespace meshflow

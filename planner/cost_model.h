@@ -60,6 +60,11 @@ struct Topology {
   static constexpr double kDefaultBandwidthInterGBps = 25.0;   // 200 Gb/s network
   static constexpr double kDefaultLatencyIntraUs = 2.0;
   static constexpr double kDefaultLatencyInterUs = 10.0;
+  // Limits (Validate, ParseTopology): bandwidths >= 1e-6 GB/s (1 kB/s), latencies <= 1e9 us, so
+  // that every modelled time of a valid layout stays finite (a denormal bandwidth such as 1e-320
+  // made every time inf, printed as `"modelled_us": null`).
+  static constexpr double kMinBandwidthGBps = 1e-6;
+  static constexpr double kMaxLatencyUs = 1e9;
 
   // Intra-node mesh dims; nullopt = every mesh dim is intra-node (the default).
   std::optional<std::vector<int>> intra_dims;
@@ -75,11 +80,15 @@ struct Topology {
   // "intra=all;bw_intra=150;bw_inter=25;lat_intra=2;lat_inter=10" (numbers round-trip exactly).
   std::string ToString() const;
 
-  // OK when every bandwidth is finite and > 0 and every latency finite and >= 0 (what
-  // ParseTopology guarantees); else INVALID_ARGUMENT naming the field, e.g. "topology
-  // bw_inter=0 must be > 0 and finite". The planners and the propagation pass check it, since a
-  // Topology built in code could otherwise make every modelled cost inf or negative.
+  // OK when every bandwidth is finite and >= kMinBandwidthGBps, every latency finite and in
+  // [0, kMaxLatencyUs] and no intra dim negative (what ParseTopology guarantees); else
+  // INVALID_ARGUMENT naming the field, e.g. "topology bw_inter=0 must be > 0 and finite". The
+  // propagation pass checks it, since a Topology built in code could otherwise make every
+  // modelled cost inf or negative.
   Status Validate() const;
+  // Validate, plus every intra dim < mesh_ndim ("topology intra= names mesh dim 7 but the mesh
+  // has 2 dims (0..1)"). Every planner checks this against the layouts' mesh.
+  Status ValidateForMesh(int mesh_ndim) const;
 
   friend bool operator==(const Topology&, const Topology&) = default;
 };

@@ -55,7 +55,7 @@ StatusOr<PlanStep> Apply(const Layout& cur, const Transform& t) {
 }  // namespace
 
 StatusOr<Plan> PlanGreedy(const Layout& from, const Layout& to, DType dtype, const Topology& topo) {
-  MF_RETURN_IF_ERROR(topo.Validate());
+  MF_RETURN_IF_ERROR(topo.ValidateForMesh(from.mesh().ndim()));
   MF_RETURN_IF_ERROR(CheckPlannable(from, to));
   if (!from.has_default_shard_order() || !to.has_default_shard_order()) {
     return InvalidArgumentError("the greedy reference planner needs default shard orders: " + from.PlacementsString() +

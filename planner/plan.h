@@ -79,6 +79,12 @@ struct Plan {
   // targets the bytes of the target box not in the source box; absent when the source has Partial
   // placements.
   std::optional<int64_t> lower_bound_bytes_per_rank;
+  // Optimal planner: true when the search ran to completion (no cheaper plan exists under the
+  // cost model), false when it stopped at its budget (SearchBudget, planner/search.h) and returned
+  // the best plan it had, never worse than the greedy one. Greedy and direct plans: false.
+  bool proven_optimal = false;
+  // Optimal planner: the number of states the search expanded; 0 for the other planners.
+  int64_t search_edges = 0;
 };
 
 }  // namespace meshflow

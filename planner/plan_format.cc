@@ -103,7 +103,12 @@ std::string PlanToText(const Plan& plan) {
   } else {
     out += "n/a (Partial source)";
   }
-  return out + "\n";
+  out += "\n";
+  if (plan.planner == "optimal" && !plan.proven_optimal) {
+    out += "not proven optimal: the search budget ran out after " + std::to_string(plan.search_edges) +
+           " edges; best plan found (never worse than greedy)\n";
+  }
+  return out;
 }
 
 std::string PlanToJson(const Plan& plan) {
@@ -119,7 +124,9 @@ std::string PlanToJson(const Plan& plan) {
   out += ",\"max_bytes_received_per_rank\":" + std::to_string(plan.max_bytes_received_per_rank);
   out += ",\"lower_bound_bytes_per_rank\":" +
          (plan.lower_bound_bytes_per_rank ? std::to_string(*plan.lower_bound_bytes_per_rank) : std::string("null"));
-  out += ",\"planner\":" + JsonString(plan.planner) + "}";
+  out += ",\"planner\":" + JsonString(plan.planner);
+  out += ",\"proven_optimal\":" + std::string(plan.proven_optimal ? "true" : "false");
+  out += ",\"search_edges\":" + std::to_string(plan.search_edges) + "}";
   return out;
 }
 

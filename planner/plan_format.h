@@ -8,9 +8,14 @@
 //     1. send_recv       mesh_dims=[0,1]  tensor_dim=-     bytes/rank=64    2.000 us  S(0),S(1) -> S(1),S(0)
 //   total: 2.000 us, max bytes received per rank 64, lower bound 64, ratio 1.00
 //
+// An optimal plan whose search stopped at its budget (Plan::proven_optimal false) gets one more
+// line: "not proven optimal: the search budget ran out after 4000 expanded states; best plan
+// found (never worse than greedy)".
+//
 // PlanToJson: one object with exactly the keys
 //   steps: [{kind, mesh_dims, tensor_dim, bytes_per_rank}], modelled_us,
-//   max_bytes_received_per_rank, lower_bound_bytes_per_rank (null when absent), planner
+//   max_bytes_received_per_rank, lower_bound_bytes_per_rank (null when absent), planner,
+//   proven_optimal (true|false), search_edges
 // (for all_to_all, tensor_dim is the source dim).
 //
 // DrawLayout: like DTensor's visualize_sharding. For rank-1 and rank-2 tensors, a grid of the

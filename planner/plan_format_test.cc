@@ -128,7 +128,8 @@ class Parser {
 TEST(PlanFormatTest, JsonKeysAndValues) {
   const DeviceMesh m = MakeMesh({2, 2});
   const std::set<std::string> top = {"steps", "modelled_us", "max_bytes_received_per_rank",
-                                     "lower_bound_bytes_per_rank", "planner"};
+                                     "lower_bound_bytes_per_rank", "planner", "proven_optimal",
+                                     "search_edges"};
   const std::set<std::string> step_keys = {"kind", "mesh_dims", "tensor_dim", "bytes_per_rank"};
   for (const char* from : {"S(0),S(1)", "P,S(1)", "S(0),S(0)"}) {
     StatusOr<Plan> plan =
@@ -140,6 +141,8 @@ TEST(PlanFormatTest, JsonKeysAndValues) {
     ASSERT_EQ(j.kind, Json::kObject);
     EXPECT_EQ(j.Keys(), top) << text;
     EXPECT_EQ(j.fields["planner"].str, "optimal");
+    EXPECT_EQ(j.fields["proven_optimal"].kind, Json::kBool) << text;
+    EXPECT_EQ(j.fields["search_edges"].number, plan->search_edges);
     EXPECT_EQ(j.fields["max_bytes_received_per_rank"].number, plan->max_bytes_received_per_rank);
     EXPECT_NEAR(j.fields["modelled_us"].number, plan->modelled_us, 1e-9);
     if (plan->lower_bound_bytes_per_rank) {
@@ -192,7 +195,8 @@ TEST(PlanFormatTest, LocalShardToPartialName) {
   EXPECT_EQ(PlanToJson(*plan),
             "{\"steps\":[{\"kind\":\"local_shard_to_partial\",\"mesh_dims\":[0],\"tensor_dim\":0,"
             "\"bytes_per_rank\":0}],\"modelled_us\":0,\"max_bytes_received_per_rank\":0,"
-            "\"lower_bound_bytes_per_rank\":0,\"planner\":\"optimal\"}");
+            "\"lower_bound_bytes_per_rank\":0,\"planner\":\"optimal\",\"proven_optimal\":true,"
+            "\"search_edges\":4}");
   const std::string text = PlanToText(*plan);
   EXPECT_NE(text.find("1. local_shard_to_partial mesh_dims=[0]"), std::string::npos) << text;
   EXPECT_NE(text.find("lower bound 0, ratio 1.00"), std::string::npos) << text;

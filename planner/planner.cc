@@ -27,7 +27,7 @@ StatusOr<std::shared_ptr<const Plan>> PlanFor(const Layout& from, const Layout& 
     case PlannerKind::kOptimal: {
       static PlanCache* const kDefaultCache = new PlanCache();
       PlanCache* cache = options.cache != nullptr ? options.cache : kDefaultCache;
-      return cache->GetOrPlan(from, to, dtype, options.topology);
+      return cache->GetOrPlan(from, to, dtype, options.topology, options.budget);
     }
     case PlannerKind::kGreedy: {
       MF_ASSIGN_OR_RETURN(Plan plan, PlanGreedy(from, to, dtype, options.topology));

@@ -7,8 +7,12 @@
 //   MF_ASSIGN_OR_RETURN(std::shared_ptr<const Plan> plan, PlanFor(from, to, DType::kF32, options));
 //   // plan->steps: the collectives; ExecutePlan (collectives/executor.h) runs them.
 //
-// Optimal plans come from a process-wide PlanCache keyed on (layouts, shape, dtype, topology)
-// unless `options.cache` names another one; greedy and direct plans are computed on every call.
+// Optimal plans come from a process-wide PlanCache keyed on (layouts, shape, dtype, topology,
+// budget) unless `options.cache` names another one; greedy and direct plans are computed on every
+// call. Concurrent PlanFor calls of one key (the ranks of an in-process world) share one search:
+// one caller plans, the others wait for its plan (PlanCache). `options.budget` bounds the optimal
+// search (SearchBudget, search.h): a search that runs out returns the best plan found, never
+// worse than greedy, with plan->proven_optimal == false.
 #ifndef MESHFLOW_PLANNER_PLANNER_H_
 #define MESHFLOW_PLANNER_PLANNER_H_
 
@@ -21,6 +25,7 @@
 #include "meshflow/planner/cost_model.h"
 #include "meshflow/planner/plan.h"
 #include "meshflow/planner/plan_cache.h"
+#include "meshflow/planner/search.h"
 
 namespace meshflow {
 
@@ -33,6 +38,7 @@ struct RedistributeOptions {
   Topology topology;                        // cost model constants (documented defaults)
   PlannerKind planner = PlannerKind::kOptimal;
   PlanCache* cache = nullptr;               // nullptr: the process-wide cache (optimal only)
+  SearchBudget budget;                      // optimal only (search.h; default 20000 edges)
 };
 
 // The plan for from -> to (cached for the optimal planner). Errors: see PlanRedistribution.

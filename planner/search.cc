@@ -1,11 +1,15 @@
 #include "meshflow/planner/search.h"
 
 #include <algorithm>
+#include <charconv>
+#include <chrono>
+#include <cmath>
 #include <limits>
 #include <map>
 #include <queue>
 #include <tuple>
 
+#include "meshflow/planner/greedy_reference.h"
 #include "meshflow/planner/transforms.h"
 
 namespace meshflow {
@@ -85,7 +89,48 @@ bool InnermostPerTensorDim(const Layout& state, const std::vector<int>& set) {
 // Path cost: (picoseconds, sum of step bytes_per_rank, steps).
 using PathCost = std::tuple<int64_t, int64_t, int64_t>;
 
+// a + b for non-negative costs, saturating (a path of huge modelled times must not overflow).
+int64_t SatAdd(int64_t a, int64_t b) {
+  int64_t r = 0;
+  return __builtin_add_overflow(a, b, &r) ? std::numeric_limits<int64_t>::max() : r;
+}
+
+PathCost Extend(const PathCost& c, double us, int64_t bytes) {
+  return PathCost{SatAdd(std::get<0>(c), CostUnits(us)), SatAdd(std::get<1>(c), bytes), std::get<2>(c) + 1};
+}
+
+// The path cost of a plan whose steps carry modelled_us and bytes_per_rank.
+PathCost CostOfSteps(const std::vector<PlanStep>& steps) {
+  PathCost c{0, 0, 0};
+  for (const PlanStep& s : steps) c = Extend(c, s.modelled_us, s.bytes_per_rank);
+  return c;
+}
+
+std::string FormatMs(double v) {
+  char buf[64];
+  auto [p, ec] = std::to_chars(buf, buf + sizeof(buf), v);
+  if (ec != std::errc()) return "nan";
+  return std::string(buf, p);
+}
+
 }  // namespace
+
+Status SearchBudget::Validate() const {
+  if (max_edges < 0) {
+    return InvalidArgumentError("search budget max_edges=" + std::to_string(max_edges) +
+                                " must be >= 0 (0: unlimited)");
+  }
+  if (!(max_ms >= 0) || !std::isfinite(max_ms)) {
+    return InvalidArgumentError("search budget max_ms=" + FormatMs(max_ms) + " must be >= 0 and finite (0: unlimited)");
+  }
+  return Status();
+}
+
+std::string SearchBudget::ToString() const {
+  std::string out = "max_edges=" + std::to_string(max_edges);
+  if (max_ms > 0) out += ";max_ms=" + FormatMs(max_ms);
+  return out;
+}
 
 Status CheckPlannable(const Layout& from, const Layout& to) {
   if (!(from.mesh() == to.mesh())) {
@@ -191,10 +236,45 @@ StatusOr<std::vector<PlanStep>> Successors(const Layout& state, const Layout& ta
   return out;
 }
 
-StatusOr<Plan> PlanRedistribution(const Layout& from, const Layout& to, DType dtype, const Topology& topo) {
-  MF_RETURN_IF_ERROR(topo.Validate());
+namespace {
+
+// The fallback of a search stopped at its budget that needs no search: all_reduce every Partial
+// dim of the source, then the direct plan (send_recv, then local_partial towards a Partial
+// target). Steps priced like the search's edges.
+StatusOr<std::vector<PlanStep>> ReduceThenDirect(const Layout& from, const Layout& to, DType dtype,
+                                                 const Topology& topo) {
+  std::vector<PlanStep> steps;
+  Layout cur = from;
+  if (from.HasPartial()) {
+    std::vector<int> dims;
+    for (int m = 0; m < from.mesh().ndim(); ++m) {
+      if (IsPartial(from.placement(m))) dims.push_back(m);
+    }
+    MF_ASSIGN_OR_RETURN(PlanStep s, AllReduceStep(from, dims));
+    cur = s.to;
+    steps.push_back(std::move(s));
+  }
+  if (!(cur == to)) {
+    MF_ASSIGN_OR_RETURN(Plan direct, PlanDirect(cur, to, dtype, topo));
+    for (PlanStep& s : direct.steps) steps.push_back(std::move(s));
+  }
+  for (PlanStep& s : steps) {
+    MF_ASSIGN_OR_RETURN(StepCost c, ModelStepCost(s, dtype, topo));
+    s.modelled_us = c.us;
+    s.bytes_per_rank = c.max_bytes_per_rank;
+  }
+  return steps;
+}
+
+}  // namespace
+
+StatusOr<Plan> PlanRedistribution(const Layout& from, const Layout& to, DType dtype, const Topology& topo,
+                                  const SearchBudget& budget) {
+  MF_RETURN_IF_ERROR(topo.ValidateForMesh(from.mesh().ndim()));
+  MF_RETURN_IF_ERROR(budget.Validate());
   MF_RETURN_IF_ERROR(CheckPlannable(from, to));
   Plan plan = EmptyPlan(from, to, dtype, "optimal");
+  plan.proven_optimal = true;
   if (!(from == to)) {
     // Dijkstra over states. A relaxation carries a stamp (expansion index of its parent, edge
     // index): relaxations happen in stamp order, except the send_recv edges, which are deferred:
@@ -223,6 +303,7 @@ StatusOr<Plan> PlanRedistribution(const Layout& from, const Layout& to, DType dt
       PathCost parent_cost;
       Stamp stamp;
       int target_id;
+      bool priced = false;
     };
     std::vector<Deferred> deferred;
     using Entry = std::pair<PathCost, int>;  // id >= 0: a state; id < 0: deferred[-id - 1]
@@ -230,7 +311,18 @@ StatusOr<Plan> PlanRedistribution(const Layout& from, const Layout& to, DType dt
     queue.push({dist[0], 0});
     const std::vector<int> target_key = StateKey(to);
     int found = -1;
+    bool stopped = false;  // the budget ran out before the target was expanded
     int64_t expansions = 0;
+    int64_t edges = 0;  // edges generated (and priced or queued): the budget's unit
+    const auto started = std::chrono::steady_clock::now();
+    auto out_of_budget = [&]() {
+      if (budget.max_edges > 0 && edges >= budget.max_edges) return true;
+      if (budget.max_ms > 0) {
+        const std::chrono::duration<double, std::milli> spent = std::chrono::steady_clock::now() - started;
+        if (spent.count() >= budget.max_ms) return true;
+      }
+      return false;
+    };
     auto relax = [&](int nid, const PathCost& c, const Stamp& st, int pid, PlanStep& step) {
       if (done[nid]) return;
       if (c < dist[nid] || (c == dist[nid] && st < stamp[nid])) {
@@ -242,29 +334,39 @@ StatusOr<Plan> PlanRedistribution(const Layout& from, const Layout& to, DType dt
         if (lower) queue.push({c, nid});
       }
     };
+    auto price_deferred = [&](Deferred& d) -> Status {
+      MF_ASSIGN_OR_RETURN(StepCost sc, ModelStepCost(d.step, dtype, topo));
+      d.step.modelled_us = sc.us;
+      d.step.bytes_per_rank = sc.max_bytes_per_rank;
+      d.priced = true;
+      PlanStep step = d.step;
+      relax(d.target_id, Extend(d.parent_cost, sc.us, sc.max_bytes_per_rank), d.stamp, d.parent, step);
+      return Status();
+    };
     while (!queue.empty()) {
       const auto [cost, id] = queue.top();
       queue.pop();
       if (id < 0) {
         Deferred& d = deferred[static_cast<size_t>(-id - 1)];
         if (done[d.target_id]) continue;
-        MF_ASSIGN_OR_RETURN(StepCost sc, ModelStepCost(d.step, dtype, topo));
-        d.step.modelled_us = sc.us;
-        d.step.bytes_per_rank = sc.max_bytes_per_rank;
-        const PathCost c{std::get<0>(d.parent_cost) + CostUnits(sc.us), std::get<1>(d.parent_cost) + sc.max_bytes_per_rank,
-                         std::get<2>(d.parent_cost) + 1};
-        relax(d.target_id, c, d.stamp, d.parent, d.step);
+        MF_RETURN_IF_ERROR(price_deferred(d));
         continue;
       }
       if (done[id] || cost != dist[id]) continue;
-      done[id] = true;
-      const int64_t expansion = expansions++;
       if (StateKey(states[id]) == target_key) {
+        done[id] = true;
         found = id;
         break;
       }
+      if (out_of_budget()) {
+        stopped = true;
+        break;
+      }
+      done[id] = true;
+      const int64_t expansion = expansions++;
       const Layout state = states[id];
       MF_ASSIGN_OR_RETURN(std::vector<PlanStep> next, Edges(state, to));
+      edges += static_cast<int64_t>(next.size());
       for (size_t e = 0; e < next.size(); ++e) {
         PlanStep& step = next[e];
         const Stamp st{expansion, static_cast<int>(e)};
@@ -282,7 +384,7 @@ StatusOr<Plan> PlanRedistribution(const Layout& from, const Layout& to, DType dt
         if (done[nid]) continue;  // eager relaxation would change nothing either
         if (step.kind == StepKind::kSendRecv) {
           MF_ASSIGN_OR_RETURN(StepCost lb, SendRecvFirstRankUs(step, dtype, topo));
-          const PathCost key_lb{std::get<0>(cost) + CostUnits(lb.us), std::get<1>(cost), std::get<2>(cost) + 1};
+          const PathCost key_lb{SatAdd(std::get<0>(cost), CostUnits(lb.us)), std::get<1>(cost), std::get<2>(cost) + 1};
           if (!(key_lb < dist[nid])) continue;  // the true cost is no lower: never relaxed
           deferred.push_back(Deferred{std::move(step), id, cost, st, nid});
           queue.push({key_lb, -static_cast<int>(deferred.size())});
@@ -291,23 +393,64 @@ StatusOr<Plan> PlanRedistribution(const Layout& from, const Layout& to, DType dt
         MF_ASSIGN_OR_RETURN(StepCost sc, ModelStepCost(step, dtype, topo));
         step.modelled_us = sc.us;
         step.bytes_per_rank = sc.max_bytes_per_rank;
-        const PathCost c{std::get<0>(cost) + CostUnits(sc.us), std::get<1>(cost) + sc.max_bytes_per_rank,
-                         std::get<2>(cost) + 1};
-        relax(nid, c, st, id, step);
+        relax(nid, Extend(cost, sc.us, sc.max_bytes_per_rank), st, id, step);
       }
     }
-    if (found < 0) {
+    plan.search_edges = edges;
+    auto path_to = [&](int id) {
+      std::vector<PlanStep> steps;
+      for (int i = id; parent[i] >= 0; i = parent[i]) steps.push_back(*via[i]);
+      std::reverse(steps.begin(), steps.end());
+      return steps;
+    };
+    if (found >= 0) {
+      plan.steps = path_to(found);
+    } else if (!stopped) {
       return InternalError("no plan found from " + from.ToString() + " to " + to.ToString());
+    } else {
+      // Out of budget: the cheapest of the best path reaching the target so far (its queued
+      // send_recv edges priced first), the greedy plan and reduce-then-direct. Ties keep the
+      // first, in that order.
+      plan.proven_optimal = false;
+      std::optional<std::vector<PlanStep>> best;
+      PathCost best_cost = kUnreached;
+      if (auto it = ids.find(target_key); it != ids.end()) {
+        const int tid = it->second;
+        for (Deferred& d : deferred) {
+          if (d.target_id == tid && !d.priced) MF_RETURN_IF_ERROR(price_deferred(d));
+        }
+        if (parent[tid] >= 0) {
+          best = path_to(tid);
+          best_cost = dist[tid];
+        }
+      }
+      if (StatusOr<Plan> greedy = PlanGreedy(from, to, dtype, topo); greedy.ok()) {
+        const PathCost c = CostOfSteps(greedy->steps);
+        if (!best || c < best_cost) {
+          best = std::move(greedy->steps);
+          best_cost = c;
+        }
+      }
+      if (StatusOr<std::vector<PlanStep>> rd = ReduceThenDirect(from, to, dtype, topo); rd.ok()) {
+        const PathCost c = CostOfSteps(*rd);
+        if (!best || c < best_cost) {
+          best = std::move(*rd);
+          best_cost = c;
+        }
+      }
+      if (!best) {
+        return InternalError("search budget (" + budget.ToString() + ") ran out and no fallback plan applies from " +
+                             from.ToString() + " to " + to.ToString());
+      }
+      plan.steps = std::move(*best);
     }
-    for (int id = found; parent[id] >= 0; id = parent[id]) plan.steps.push_back(*via[id]);
-    std::reverse(plan.steps.begin(), plan.steps.end());
   }
   MF_RETURN_IF_ERROR(FillPlanCosts(plan, topo));
   return plan;
 }
 
 StatusOr<Plan> PlanDirect(const Layout& from, const Layout& to, DType dtype, const Topology& topo) {
-  MF_RETURN_IF_ERROR(topo.Validate());
+  MF_RETURN_IF_ERROR(topo.ValidateForMesh(from.mesh().ndim()));
   MF_RETURN_IF_ERROR(CheckPlannable(from, to));
   Plan plan = EmptyPlan(from, to, dtype, "direct");
   if (!(from == to)) {

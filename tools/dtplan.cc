@@ -10,7 +10,12 @@
 // an in-process world with the global tensor filled by its row-major index and reports
 // `verified` and `measured_max_bytes_received_per_rank`; --dump adds every rank's offset, local
 // shape and data. Exit code 2 with a message on bad input, 1 when verification fails; --help (-h)
-// prints every flag and exits 0.
+// prints every flag and exits 0. --max-edges / --max-search-ms bound the optimal search (the plan
+// then says "not proven optimal"; JSON "proven_optimal": false). Before planning and before
+// executing, dtplan estimates the memory it will need (EstimateBytes below) and exits 2 with
+// RESOURCE_EXHAUSTED naming the bytes when that exceeds --max-memory-mib (default 8192).
+#include <algorithm>
+#include <charconv>
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -25,7 +30,9 @@
 #include "meshflow/collectives/mesh_comms.h"
 #include "meshflow/collectives/threads/threads_world.h"
 #include "meshflow/dtensor/dtensor.h"
+#include "meshflow/planner/cost_model.h"
 #include "meshflow/planner/plan_format.h"
+#include "meshflow/planner/planner.h"
 
 namespace meshflow {
 namespace {
@@ -51,6 +58,12 @@ constexpr const char* kUsage =
     "                            bw_intra, bw_inter (GB/s), lat_intra, lat_inter (us)\n"
     "                            [intra=all;bw_intra=150;bw_inter=25;lat_intra=2;lat_inter=10]\n"
     "  --planner K               one of optimal (default), greedy, direct\n"
+    "  --max-edges N             search budget of the optimal planner: edges generated before it returns\n"
+    "                            the best plan found (not proven optimal); 0 = unlimited [20000]\n"
+    "  --max-search-ms MS        also stop the search after MS ms of wall-clock time; 0 = none [0]\n"
+    "  --max-memory-mib M        refuse (exit 2, RESOURCE_EXHAUSTED) a run whose estimated memory\n"
+    "                            (planning bookkeeping, and with --execute every buffer) exceeds M MiB\n"
+    "                            [8192]\n"
     "  --show                    draw the source and target layouts (text output)\n"
     "  --json                    print one JSON object instead of text\n"
     "  --execute                 run the plan on in-process ranks and report verified=true|false\n"
@@ -58,6 +71,24 @@ constexpr const char* kUsage =
     "  -h, --help                print this help and exit\n"
     "\n"
     "exit codes: 0 success, 1 verification failed, 2 bad input (message on stderr).\n";
+
+StatusOr<int64_t> ParseInt64Flag(const std::string& v, const std::string& flag) {
+  int64_t n = 0;
+  auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+  if (v.empty() || ec != std::errc() || p != v.data() + v.size()) {
+    return InvalidArgumentError(flag + ": '" + v + "' is not an integer");
+  }
+  return n;
+}
+
+StatusOr<double> ParseDoubleFlag(const std::string& v, const std::string& flag) {
+  double d = 0;
+  auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), d);
+  if (v.empty() || ec != std::errc() || p != v.data() + v.size()) {
+    return InvalidArgumentError(flag + ": '" + v + "' is not a number");
+  }
+  return d;
+}
 
 std::vector<std::string> Split(const std::string& s, char sep) {
   std::vector<std::string> out;
@@ -79,8 +110,9 @@ struct Args {
 };
 
 StatusOr<Args> ParseArgs(int argc, char** argv) {
-  static const char* kValued[] = {"mesh", "names", "shape", "dtype", "from", "to", "from-order", "to-order",
-                                  "topology", "planner"};
+  static const char* kValued[] = {"mesh",     "names",   "shape",        "dtype",      "from",
+                                  "to",       "from-order", "to-order",   "topology",   "planner",
+                                  "max-edges", "max-search-ms", "max-memory-mib"};
   auto usage_error = [](const std::string& what) {
     return InvalidArgumentError(what + "; see 'dtplan --help'");
   };
@@ -114,6 +146,43 @@ StatusOr<Args> ParseArgs(int argc, char** argv) {
   }
   if (a.dump) a.execute = true;
   return a;
+}
+
+constexpr int64_t kDefaultMaxMemoryMiB = 8192;
+// Per rank: the planner's per-rank bookkeeping (bytes received per rank, per step and in total,
+// lower bound) is a few int64 per rank; --execute adds a thread, its communicator state and the
+// per-rank buffers.
+constexpr int64_t kPlanningBytesPerRank = 64;
+constexpr int64_t kExecuteBytesPerRank = 256 * 1024;
+
+// An upper bound of the bytes dtplan holds at its peak, computed from shapes only (O(mesh dims x
+// steps)): planning bookkeeping per rank; with --execute also the global tensor, and per rank its
+// source shard, two step buffers of the largest box any layout of the plan gives it, its result
+// and the reference it is compared with; for a Partial target every rank gathers the full tensor.
+long double EstimateBytes(const Layout& from, const Layout& to, DType dtype, const Plan* plan, bool execute) {
+  const long double ranks = static_cast<long double>(from.mesh().size());
+  long double bytes = ranks * kPlanningBytesPerRank;
+  if (!execute) return bytes;
+  const long double dsize = static_cast<long double>(DTypeSize(dtype));
+  long double global = 1;
+  for (int64_t s : from.global_shape()) global *= static_cast<long double>(s);
+  int64_t peak = std::max(MaxLocalElements(from), MaxLocalElements(to));
+  if (plan != nullptr) {
+    for (const PlanStep& st : plan->steps) peak = std::max(peak, MaxLocalElements(st.to));
+  }
+  const long double per_rank = static_cast<long double>(MaxLocalElements(from)) + 2.0L * peak +
+                               2.0L * static_cast<long double>(MaxLocalElements(to)) + (to.HasPartial() ? global : 0);
+  return bytes + ranks * kExecuteBytesPerRank + dsize * (global + ranks * per_rank);
+}
+
+Status CheckMemory(long double need, int64_t limit_mib, bool execute) {
+  const long double limit = static_cast<long double>(limit_mib) * 1024.0L * 1024.0L;
+  if (need <= limit) return Status();
+  const std::string need_s = need >= 9.2e18L ? std::string(">= 9.2e18") : std::to_string(static_cast<int64_t>(need));
+  return ResourceExhaustedError(std::string(execute ? "--execute" : "planning") + " needs about " + need_s +
+                                " bytes (" + std::to_string(static_cast<long long>(need / (1024.0L * 1024.0L))) +
+                                " MiB), more than the limit of " + std::to_string(limit_mib) +
+                                " MiB (--max-memory-mib)");
 }
 
 struct ExecResult {
@@ -205,6 +274,7 @@ int Run(int argc, char** argv) {
   if (a.values.count("topology")) {
     auto topo = ParseTopology(a.values["topology"]);
     if (!topo.ok()) return fail(topo.status().WithContext("--topology"));
+    if (Status v = topo->ValidateForMesh(mesh->ndim()); !v.ok()) return fail(v.WithContext("--topology"));
     options.topology = *topo;
   }
   if (a.values.count("planner")) {
@@ -212,8 +282,36 @@ int Run(int argc, char** argv) {
     if (!kind.ok()) return fail(kind.status().WithContext("--planner"));
     options.planner = *kind;
   }
+  if (a.values.count("max-edges")) {
+    auto n = ParseInt64Flag(a.values["max-edges"], "--max-edges");
+    if (!n.ok()) return fail(n.status());
+    options.budget.max_edges = *n;
+  }
+  if (a.values.count("max-search-ms")) {
+    auto ms = ParseDoubleFlag(a.values["max-search-ms"], "--max-search-ms");
+    if (!ms.ok()) return fail(ms.status());
+    options.budget.max_ms = *ms;
+  }
+  if (Status s = options.budget.Validate(); !s.ok()) return fail(s);
+  int64_t max_memory_mib = kDefaultMaxMemoryMiB;
+  if (a.values.count("max-memory-mib")) {
+    auto m = ParseInt64Flag(a.values["max-memory-mib"], "--max-memory-mib");
+    if (!m.ok()) return fail(m.status());
+    if (*m < 1) return fail(InvalidArgumentError("--max-memory-mib " + std::to_string(*m) + " must be >= 1"));
+    max_memory_mib = *m;
+  }
+  // Checked before anything is allocated: the plan's bookkeeping, then (the plan known) the run.
+  if (Status s = CheckMemory(EstimateBytes(*from, *to, *dtype, nullptr, a.execute), max_memory_mib, a.execute);
+      !s.ok()) {
+    return fail(s);
+  }
   auto plan = PlanFor(*from, *to, *dtype, options);
   if (!plan.ok()) return fail(plan.status());
+  if (a.execute) {
+    if (Status s = CheckMemory(EstimateBytes(*from, *to, *dtype, plan->get(), true), max_memory_mib, true); !s.ok()) {
+      return fail(s);
+    }
+  }
 
   ExecResult exec;
   if (a.execute) {
