@@ -175,6 +175,37 @@ Tensor UnaryT(UnaryOp op, const Tensor& x, double alpha) {
         py[i] = T(0.5) * v * (T(1) + std::tanh(c * (v + T(0.044715) * v * v * v)));
         break;
       }
+      case UnaryOp::kTanh: py[i] = std::tanh(v); break;
+      case UnaryOp::kSigmoid: py[i] = T(1) / (T(1) + std::exp(-v)); break;
+      case UnaryOp::kSilu: py[i] = v / (T(1) + std::exp(-v)); break;
+      case UnaryOp::kSqrt: py[i] = std::sqrt(v); break;
+      case UnaryOp::kRsqrt: py[i] = T(1) / std::sqrt(v); break;
+      case UnaryOp::kPow: py[i] = std::pow(v, a); break;
+      case UnaryOp::kAddScalar: py[i] = v + a; break;
+      case UnaryOp::kLog: py[i] = std::log(v); break;
+      case UnaryOp::kStep: py[i] = v > T(0) ? T(1) : T(0); break;
+      case UnaryOp::kGeluDeriv: {
+        // d/dv 0.5 v (1 + tanh(u)), u = c (v + 0.044715 v^3).
+        const T c = static_cast<T>(0.7978845608028654);
+        const T t = std::tanh(c * (v + T(0.044715) * v * v * v));
+        py[i] = T(0.5) * (T(1) + t) + T(0.5) * v * (T(1) - t * t) * c * (T(1) + T(3 * 0.044715) * v * v);
+        break;
+      }
+      case UnaryOp::kSiluDeriv: {
+        const T sg = T(1) / (T(1) + std::exp(-v));
+        py[i] = sg * (T(1) + v * (T(1) - sg));
+        break;
+      }
+      case UnaryOp::kTanhDeriv: {
+        const T t = std::tanh(v);
+        py[i] = T(1) - t * t;
+        break;
+      }
+      case UnaryOp::kSigmoidDeriv: {
+        const T sg = T(1) / (T(1) + std::exp(-v));
+        py[i] = sg * (T(1) - sg);
+        break;
+      }
     }
   }
   return y;
@@ -671,6 +702,206 @@ StatusOr<Tensor> CrossEntropyKernel(const Tensor& logits, const Tensor& targets,
                                     int64_t mean_count, const VocabShard& vocab) {
   if (!vocab.all_reduce) return InvalidArgumentError("cross_entropy: vocab shard without all_reduce");
   return CrossEntropyImpl(logits, targets, reduction, mean_count, &vocab);
+}
+
+// ---- Comparison, where, expand and the gradient kernels. They compute in double and store in
+// the operands' float dtype (bf16 rounds once), which keeps them exact for f64 references.
+
+namespace {
+
+std::vector<double> Doubles(const Tensor& x) {
+  std::vector<double> v(static_cast<size_t>(x.NumElements()));
+  switch (x.dtype()) {
+    case DType::kF32: std::copy(x.data<float>().begin(), x.data<float>().end(), v.begin()); break;
+    case DType::kF64: std::copy(x.data<double>().begin(), x.data<double>().end(), v.begin()); break;
+    case DType::kBF16:
+      for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(x.data<BFloat16>()[i]);
+      break;
+    case DType::kI32: std::copy(x.data<int32_t>().begin(), x.data<int32_t>().end(), v.begin()); break;
+    case DType::kI64:
+      for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<double>(x.data<int64_t>()[i]);
+      break;
+  }
+  return v;
+}
+
+Tensor FromDoubles(DType t, const std::vector<int64_t>& shape, const std::vector<double>& v) {
+  Tensor y = Tensor::Zeros(t, shape);
+  switch (t) {
+    case DType::kF32:
+      for (size_t i = 0; i < v.size(); ++i) y.data<float>()[i] = static_cast<float>(v[i]);
+      break;
+    case DType::kF64: std::copy(v.begin(), v.end(), y.data<double>().begin()); break;
+    case DType::kBF16:
+      for (size_t i = 0; i < v.size(); ++i) y.data<BFloat16>()[i] = BFloat16(static_cast<float>(v[i]));
+      break;
+    case DType::kI32:
+      for (size_t i = 0; i < v.size(); ++i) y.data<int32_t>()[i] = static_cast<int32_t>(v[i]);
+      break;
+    case DType::kI64:
+      for (size_t i = 0; i < v.size(); ++i) y.data<int64_t>()[i] = static_cast<int64_t>(v[i]);
+      break;
+  }
+  return y;
+}
+
+int64_t IdAt(const Tensor& ids, int64_t i) {
+  return ids.dtype() == DType::kI32 ? ids.data<int32_t>()[i] : ids.data<int64_t>()[i];
+}
+
+Status CheckIds(std::string_view op, const Tensor& ids) {
+  if (IsIntDType(ids.dtype())) return Status::Ok();
+  return InvalidArgumentError(std::string(op) + ": ids dtype " + std::string(DTypeName(ids.dtype())) +
+                              " must be i32 or i64");
+}
+
+}  // namespace
+
+StatusOr<Tensor> CompareKernel(CompareOp op, const Tensor& a, const Tensor& b) {
+  if (a.dtype() != b.dtype()) {
+    return InvalidArgumentError(std::string(CompareOpName(op)) + ": dtypes differ: " +
+                                std::string(DTypeName(a.dtype())) + " vs " + std::string(DTypeName(b.dtype())));
+  }
+  MF_ASSIGN_OR_RETURN(std::vector<int64_t> out, BroadcastShapes(CompareOpName(op), a.shape(), b.shape()));
+  const std::vector<double> va = Doubles(a), vb = Doubles(b);
+  int64_t total = 1;
+  for (int64_t s : out) total *= s;
+  std::vector<double> r(static_cast<size_t>(total));
+  ForEachBroadcast(out, BroadcastStrides(a.shape(), out), BroadcastStrides(b.shape(), out),
+                   [&](int64_t i, int64_t oa, int64_t ob) {
+                     const double x = va[oa], y = vb[ob];
+                     bool v = false;
+                     switch (op) {
+                       case CompareOp::kEq: v = x == y; break;
+                       case CompareOp::kNe: v = x != y; break;
+                       case CompareOp::kLt: v = x < y; break;
+                       case CompareOp::kLe: v = x <= y; break;
+                       case CompareOp::kGt: v = x > y; break;
+                       case CompareOp::kGe: v = x >= y; break;
+                     }
+                     r[i] = v ? 1.0 : 0.0;
+                   });
+  return FromDoubles(a.dtype(), out, r);
+}
+
+StatusOr<Tensor> WhereKernel(const Tensor& cond, const Tensor& a, const Tensor& b) {
+  if (a.dtype() != b.dtype()) {
+    return InvalidArgumentError("where: dtypes of a and b differ: " + std::string(DTypeName(a.dtype())) + " vs " +
+                                std::string(DTypeName(b.dtype())));
+  }
+  MF_ASSIGN_OR_RETURN(std::vector<int64_t> ab, BroadcastShapes("where", a.shape(), b.shape()));
+  MF_ASSIGN_OR_RETURN(std::vector<int64_t> out, BroadcastShapes("where", cond.shape(), ab));
+  const std::vector<double> vc = Doubles(cond);
+  // Select element bytes (exact for every dtype).
+  Tensor y = Tensor::Zeros(a.dtype(), out);
+  const int64_t es = DTypeSize(a.dtype());
+  const std::vector<int64_t> sc = BroadcastStrides(cond.shape(), out), sa = BroadcastStrides(a.shape(), out),
+                             sb = BroadcastStrides(b.shape(), out);
+  // Three strided operands: walk the multi-index and recompute the offsets.
+  int64_t total = 1;
+  for (int64_t s : out) total *= s;
+  std::vector<int64_t> idx(out.size(), 0);
+  for (int64_t i = 0; i < total; ++i) {
+    int64_t oc = 0, oa = 0, ob = 0;
+    for (size_t d = 0; d < out.size(); ++d) {
+      oc += idx[d] * sc[d];
+      oa += idx[d] * sa[d];
+      ob += idx[d] * sb[d];
+    }
+    const std::byte* src = vc[oc] != 0 ? a.raw() + oa * es : b.raw() + ob * es;
+    std::memcpy(y.raw() + i * es, src, static_cast<size_t>(es));
+    for (size_t d = out.size(); d-- > 0;) {
+      if (++idx[d] < out[d]) break;
+      idx[d] = 0;
+    }
+  }
+  return y;
+}
+
+StatusOr<Tensor> ExpandKernel(const Tensor& x, std::span<const int64_t> shape) {
+  MF_ASSIGN_OR_RETURN(std::vector<int64_t> out, BroadcastShapes("expand", x.shape(), shape));
+  if (!std::equal(out.begin(), out.end(), shape.begin(), shape.end())) {
+    return InvalidArgumentError("expand: shape " + ShapeString(x.shape()) + " does not broadcast to " +
+                                ShapeString(shape));
+  }
+  Tensor y = Tensor::Zeros(x.dtype(), out);
+  const int64_t es = DTypeSize(x.dtype());
+  const std::vector<int64_t> zeros(out.size(), 0);
+  ForEachBroadcast(out, BroadcastStrides(x.shape(), out), zeros, [&](int64_t i, int64_t ox, int64_t) {
+    std::memcpy(y.raw() + i * es, x.raw() + ox * es, static_cast<size_t>(es));
+  });
+  return y;
+}
+
+StatusOr<Tensor> EmbeddingGradKernel(const Tensor& grad, const Tensor& ids, int64_t rows, int64_t row_offset,
+                                     int64_t global_rows) {
+  MF_RETURN_IF_ERROR(CheckIds("embedding_grad", ids));
+  MF_RETURN_IF_ERROR(CheckFloat("embedding_grad", grad.dtype()));
+  MF_RETURN_IF_ERROR(EmbeddingGradRule(grad.shape(), ids.shape(), rows).status());
+  const int64_t d = grad.shape().back();
+  const int64_t v = global_rows >= 0 ? global_rows : rows;
+  const std::vector<double> g = Doubles(grad);
+  std::vector<double> out(static_cast<size_t>(rows * d), 0.0);
+  for (int64_t i = 0; i < ids.NumElements(); ++i) {
+    const int64_t id = IdAt(ids, i);
+    if (id < 0 || id >= v) {
+      return InvalidArgumentError("embedding_grad: id " + std::to_string(id) + " at " + std::to_string(i) +
+                                  " outside [0, " + std::to_string(v) + ")");
+    }
+    const int64_t local = id - row_offset;
+    if (local < 0 || local >= rows) continue;
+    for (int64_t j = 0; j < d; ++j) out[static_cast<size_t>(local * d + j)] += g[static_cast<size_t>(i * d + j)];
+  }
+  return FromDoubles(grad.dtype(), {rows, d}, out);
+}
+
+StatusOr<Tensor> SliceGradKernel(const Tensor& grad, std::span<const int64_t> input_shape, int dim, int64_t start,
+                                 int64_t end, int64_t step) {
+  MF_RETURN_IF_ERROR(SliceGradRule(grad.shape(), input_shape, dim, start, end, step).status());
+  MF_ASSIGN_OR_RETURN(SliceRange s, NormalizeSlice(input_shape, dim, start, end, step));
+  std::vector<int64_t> shape(input_shape.begin(), input_shape.end());
+  Tensor y = Tensor::Zeros(grad.dtype(), shape);
+  int64_t outer = 1, inner = DTypeSize(grad.dtype());
+  for (int i = 0; i < s.dim; ++i) outer *= shape[i];
+  for (size_t i = static_cast<size_t>(s.dim) + 1; i < shape.size(); ++i) inner *= shape[i];
+  const int64_t n = shape[s.dim];
+  for (int64_t o = 0; o < outer; ++o) {
+    for (int64_t j = 0; j < s.size; ++j) {
+      std::memcpy(y.raw() + (o * n + s.start + j * s.step) * inner, grad.raw() + (o * s.size + j) * inner,
+                  static_cast<size_t>(inner));
+    }
+  }
+  return y;
+}
+
+StatusOr<Tensor> CrossEntropyGradKernel(const Tensor& logits, const Tensor& targets, const Tensor& grad,
+                                        LossReduction reduction, int64_t mean_count) {
+  MF_RETURN_IF_ERROR(CheckFloat("cross_entropy_grad", logits.dtype()));
+  MF_RETURN_IF_ERROR(CheckIds("cross_entropy_grad", targets));
+  MF_RETURN_IF_ERROR(CrossEntropyGradRule(logits.shape(), targets.shape(), grad.shape(), reduction).status());
+  const int64_t c = logits.shape().back();
+  const int64_t rows = targets.NumElements();
+  const std::vector<double> x = Doubles(logits), g = Doubles(grad);
+  std::vector<double> out(x.size(), 0.0);
+  const double div = reduction == LossReduction::kMean ? static_cast<double>(mean_count >= 0 ? mean_count : rows) : 1.0;
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t t = IdAt(targets, r);
+    if (t < 0 || t >= c) {
+      return InvalidArgumentError("cross_entropy_grad: target " + std::to_string(t) + " at " + std::to_string(r) +
+                                  " outside [0, " + std::to_string(c) + ")");
+    }
+    const double* row = x.data() + r * c;
+    double mx = -std::numeric_limits<double>::infinity();
+    for (int64_t j = 0; j < c; ++j) mx = std::max(mx, row[j]);
+    if (!std::isfinite(mx)) mx = 0;
+    double sum = 0;
+    for (int64_t j = 0; j < c; ++j) sum += std::exp(row[j] - mx);
+    const double gr = (reduction == LossReduction::kNone ? g[static_cast<size_t>(r)] : g[0]) / div;
+    for (int64_t j = 0; j < c; ++j) {
+      out[static_cast<size_t>(r * c + j)] = (std::exp(row[j] - mx) / sum - (j == t ? 1.0 : 0.0)) * gr;
+    }
+  }
+  return FromDoubles(logits.dtype(), logits.shape(), out);
 }
 
 }  // namespace meshflow

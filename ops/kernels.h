@@ -98,6 +98,23 @@ struct VocabShard {
 StatusOr<Tensor> CrossEntropyKernel(const Tensor& logits, const Tensor& targets, LossReduction reduction,
                                     int64_t mean_count, const VocabShard& vocab);
 
+// Element-wise comparison (1 / 0 in the operands' dtype), with numpy broadcasting.
+StatusOr<Tensor> CompareKernel(CompareOp op, const Tensor& a, const Tensor& b);
+// a where cond != 0, else b (all three broadcast; a and b share a dtype; cond any dtype).
+StatusOr<Tensor> WhereKernel(const Tensor& cond, const Tensor& a, const Tensor& b);
+// x broadcast to `shape`.
+StatusOr<Tensor> ExpandKernel(const Tensor& x, std::span<const int64_t> shape);
+// The local [rows, D] block (global rows [row_offset, row_offset + rows) of a [global_rows, D]
+// table gradient; global_rows -1: rows) of index-adding grad [ids..., D] at ids.
+StatusOr<Tensor> EmbeddingGradKernel(const Tensor& grad, const Tensor& ids, int64_t rows, int64_t row_offset = 0,
+                                     int64_t global_rows = -1);
+// Zeros of input_shape with grad placed where slice(dim, start, end, step) took its elements.
+StatusOr<Tensor> SliceGradKernel(const Tensor& grad, std::span<const int64_t> input_shape, int dim, int64_t start,
+                                 int64_t end, int64_t step);
+// (softmax(logits) - onehot(targets)) * grad (/ mean_count for kMean; -1: the local row count).
+StatusOr<Tensor> CrossEntropyGradKernel(const Tensor& logits, const Tensor& targets, const Tensor& grad,
+                                        LossReduction reduction, int64_t mean_count = -1);
+
 }  // namespace meshflow
 
 #endif  // MESHFLOW_OPS_KERNELS_H_

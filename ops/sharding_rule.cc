@@ -213,11 +213,25 @@ std::string_view UnaryOpName(UnaryOp op) {
     case UnaryOp::kRelu: return "relu";
     case UnaryOp::kExp: return "exp";
     case UnaryOp::kGelu: return "gelu";
+    case UnaryOp::kTanh: return "tanh";
+    case UnaryOp::kSigmoid: return "sigmoid";
+    case UnaryOp::kSilu: return "silu";
+    case UnaryOp::kSqrt: return "sqrt";
+    case UnaryOp::kRsqrt: return "rsqrt";
+    case UnaryOp::kPow: return "pow";
+    case UnaryOp::kAddScalar: return "add_scalar";
+    case UnaryOp::kLog: return "log";
+    case UnaryOp::kStep: return "step";
+    case UnaryOp::kGeluDeriv: return "gelu_deriv";
+    case UnaryOp::kSiluDeriv: return "silu_deriv";
+    case UnaryOp::kTanhDeriv: return "tanh_deriv";
+    case UnaryOp::kSigmoidDeriv: return "sigmoid_deriv";
   }
   return "?";
 }
 
 bool IsLinear(UnaryOp op) { return op == UnaryOp::kNeg || op == UnaryOp::kScale; }
+bool HasAlpha(UnaryOp op) { return op == UnaryOp::kScale || op == UnaryOp::kPow || op == UnaryOp::kAddScalar; }
 
 ShardingRule UnaryRule(UnaryOp op, std::span<const int64_t> x) {
   ShardingRule r;

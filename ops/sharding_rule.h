@@ -131,10 +131,39 @@ std::string_view BinaryOpName(BinaryOp op);  // "add", "sub", "mul", "div"
 // Errors: shapes that do not broadcast.
 StatusOr<ShardingRule> BinaryRule(BinaryOp op, std::span<const int64_t> a, std::span<const int64_t> b);
 
-enum class UnaryOp { kNeg, kScale, kRelu, kExp, kGelu };
-std::string_view UnaryOpName(UnaryOp op);  // "neg", "scale", "relu", "exp", "gelu"
+// Pointwise unary ops. `alpha` (OpSpec) is the factor of kScale, the exponent of kPow and the
+// addend of kAddScalar. kStep is 1 where x > 0, else 0 (relu's derivative); the *Deriv ops are the
+// derivatives of gelu (tanh form), silu, tanh and sigmoid at x (used by the VJPs, ops/op_spec.h).
+enum class UnaryOp {
+  kNeg, kScale, kRelu, kExp, kGelu,
+  kTanh, kSigmoid, kSilu, kSqrt, kRsqrt, kPow, kAddScalar, kLog, kStep,
+  kGeluDeriv, kSiluDeriv, kTanhDeriv, kSigmoidDeriv,
+};
+// "neg", "scale", "relu", "exp", "gelu", "tanh", "sigmoid", "silu", "sqrt", "rsqrt", "pow",
+// "add_scalar", "log", "step", "gelu_deriv", "silu_deriv", "tanh_deriv", "sigmoid_deriv"
+std::string_view UnaryOpName(UnaryOp op);
 bool IsLinear(UnaryOp op);                 // neg, scale
+// Whether `alpha` is a parameter of the op (scale, pow, add_scalar): printed by OpSpec::ToString.
+bool HasAlpha(UnaryOp op);
 ShardingRule UnaryRule(UnaryOp op, std::span<const int64_t> x);
+
+// Element-wise comparison with numpy broadcasting: 1 where it holds, else 0, in the operands'
+// dtype (so masks multiply like any tensor). Rule: BinaryRule's factors without partial rules.
+enum class CompareOp { kEq, kNe, kLt, kLe, kGt, kGe };
+std::string_view CompareOpName(CompareOp op);  // "eq", "ne", "lt", "le", "gt", "ge"
+StatusOr<ShardingRule> CompareRule(CompareOp op, std::span<const int64_t> a, std::span<const int64_t> b);
+
+// where(cond, a, b): a where cond != 0, else b; all three broadcast (numpy). One pass-through
+// factor per result dim; partial rules {R, P(sum), P(sum)} -> P(sum) (linear in a and b for a
+// fixed cond). Errors: shapes that do not broadcast.
+StatusOr<ShardingRule> WhereRule(std::span<const int64_t> cond, std::span<const int64_t> a,
+                                 std::span<const int64_t> b);
+
+// Broadcast x to `shape` (numpy rules: x right-aligned, its size-1 dims stretch). One
+// pass-through factor per result dim (a stretched or new dim is carried by the result only: a
+// Shard of it makes each rank expand into its own chunk). Partial rules {P(op)} -> P(op) for sum,
+// avg, max, min. Errors: x does not broadcast to shape.
+StatusOr<ShardingRule> ExpandRule(std::span<const int64_t> x, std::span<const int64_t> shape);
 
 enum class ReduceKind { kSum, kMean, kMax, kMin };
 std::string_view ReduceKindName(ReduceKind kind);  // "sum", "mean", "max", "min"
@@ -240,6 +269,30 @@ std::string_view LossReductionName(LossReduction r);  // "mean", "sum", "none"
 // Errors: logits rank 0, targets shape != logits.shape[:-1].
 StatusOr<ShardingRule> CrossEntropyRule(std::span<const int64_t> logits, std::span<const int64_t> targets,
                                         LossReduction reduction);
+
+// ---- Rules of the gradient ops (used by the VJPs in ops/op_spec.cc; rules_grad.cc). ----
+
+// The gradient of an embedding table: grad [i..., D], ids [i...] -> [V, D], each ids position
+// adding its grad row into row ids[...] (index-add). Factors: one contracting(sum) factor per ids
+// dim (a sharded batch gives a Partial(sum) table gradient), d pass-through, v pass-through on the
+// result only (a row-sharded result makes each rank add only the ids in its row range). Partial
+// rules {P(sum), R} -> P(sum). Errors: grad shape != ids shape + [D], num_rows < 0.
+StatusOr<ShardingRule> EmbeddingGradRule(std::span<const int64_t> grad, std::span<const int64_t> ids,
+                                         int64_t num_rows);
+
+// The gradient of a slice: grad (the slice's result shape) -> zeros of `input` shape with grad
+// placed at the sliced positions. Every dim but the sliced one passes through; the sliced dim is
+// need-replication on both sides. Partial rules {P(op)} -> P(op). Errors: as NormalizeSlice, or a
+// grad shape that is not the slice's result shape.
+StatusOr<ShardingRule> SliceGradRule(std::span<const int64_t> grad, std::span<const int64_t> input, int dim,
+                                     int64_t start, int64_t end, int64_t step);
+
+// The gradient of cross-entropy w.r.t. the logits: (logits [b..., C], targets [b...], g) ->
+// [b..., C] = (softmax(logits) - onehot(targets)) * g (/ count for kMean). g is [] for kMean / kSum
+// and [b...] for kNone. Leading factors pass-through, c need-replication. Partial rules
+// {R, R, P(sum)} -> P(sum) (linear in g). Errors: as CrossEntropyRule, g's shape.
+StatusOr<ShardingRule> CrossEntropyGradRule(std::span<const int64_t> logits, std::span<const int64_t> targets,
+                                            std::span<const int64_t> grad, LossReduction reduction);
 
 }  // namespace meshflow
 
