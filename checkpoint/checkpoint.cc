@@ -1,6 +1,7 @@
 #include "meshflow/checkpoint/checkpoint.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -11,8 +12,12 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <ctime>
+#include <functional>
 #include <map>
+#include <optional>
 #include <memory>
+#include <mutex>
 #include <random>
 #include <set>
 
@@ -45,11 +50,13 @@ std::string BackupDir(const std::string& dir) { return dir + ".old"; }
 // ---------------------------------------------------------------------------------------------
 // Agreement: every rank learns whether any rank failed, and returns the first failure.
 
-Status AgreeStatus(Communicator& comm, const Status& local) {
+// `comm_failed` (optional) is set when the agreement itself failed (a communication error).
+Status AgreeStatus(Communicator& comm, const Status& local, bool* comm_failed = nullptr) {
   const int n = comm.size();
   const int64_t mine[2] = {static_cast<int64_t>(local.code()), static_cast<int64_t>(local.message().size())};
   std::vector<int64_t> info(static_cast<size_t>(2 * n));
   Status s = comm.AllGather(mine, info.data(), 2, DType::kI64);
+  if (!s.ok() && comm_failed != nullptr) *comm_failed = true;
   if (!s.ok()) return local.ok() ? s : local;
   bool any = false;
   for (int r = 0; r < n; ++r) any = any || info[2 * r] != 0;
@@ -62,6 +69,7 @@ Status AgreeStatus(Communicator& comm, const Status& local) {
   if (!local.message().empty()) std::memcpy(send.data(), local.message().data(), local.message().size());
   std::vector<int64_t> recv(static_cast<size_t>(total));
   s = comm.AllGatherV(send.data(), counts[comm.rank()], recv.data(), counts, DType::kI64);
+  if (!s.ok() && comm_failed != nullptr) *comm_failed = true;
   if (!s.ok()) return local.ok() ? s : local;
   int64_t pos = 0;
   for (int r = 0; r < n; ++r) {
@@ -118,33 +126,140 @@ Status WriteFileSynced(const std::string& path, std::span<const std::span<const 
   return s;
 }
 
-StatusOr<std::string> ReadWholeFile(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    if (errno == ENOENT) return NotFoundError("checkpoint metadata " + path + " is missing");
-    return UnavailableError("cannot open " + path + ": " + Errno(errno));
-  }
-  std::string out;
-  char buf[1 << 16];
-  while (true) {
-    const ssize_t r = ::read(fd, buf, sizeof(buf));
-    if (r < 0) {
-      if (errno == EINTR) continue;
-      const int err = errno;
-      ::close(fd);
-      return UnavailableError("read of " + path + " failed: " + Errno(err));
-    }
-    if (r == 0) break;
-    out.append(buf, static_cast<size_t>(r));
-  }
-  ::close(fd);
-  return out;
+// Whether `path` exists. Only ENOENT means "no"; any other stat failure (EIO, ENOTDIR, ELOOP,
+// EACCES, ...) is an error naming the path and the errno text, never a false "does not exist".
+StatusOr<bool> PathExists(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) == 0) return true;
+  if (errno == ENOENT) return false;
+  return UnavailableError("cannot stat " + path + ": " + Errno(errno));
 }
 
-bool Exists(const std::string& path) {
-  std::error_code ec;
-  return fs::exists(path, ec);
+std::mutex& HookMu() {
+  static auto* mu = new std::mutex();
+  return *mu;
 }
+std::shared_ptr<const CheckpointTestHook>& HookSlot() {
+  static auto* slot = new std::shared_ptr<const CheckpointTestHook>();
+  return *slot;
+}
+Status RunHook(std::string_view point, int world_rank) {
+  std::shared_ptr<const CheckpointTestHook> hook;
+  {
+    std::lock_guard<std::mutex> lock(HookMu());
+    hook = HookSlot();
+  }
+  if (hook && *hook) return (*hook)(point, world_rank);
+  return Status();
+}
+
+// A flock(2) on a file: blocking (the commit lock) or not (the save lock). Released on
+// destruction; the kernel releases it when the process dies.
+class FileLock {
+ public:
+  FileLock() = default;
+  FileLock(const FileLock&) = delete;
+  FileLock& operator=(const FileLock&) = delete;
+  ~FileLock() { Release(); }
+
+  // Blocking lock of `path`, created when `create`. Without `create`, a missing file is no lock
+  // (OK, nothing held): loads never create files.
+  Status Lock(const std::string& path, int op, bool create) {
+    fd_ = ::open(path.c_str(), (create ? O_RDWR | O_CREAT : O_RDONLY) | O_CLOEXEC, 0644);
+    if (fd_ < 0) {
+      if (!create && errno == ENOENT) return Status();
+      return UnavailableError("cannot open the lock file " + path + ": " + Errno(errno));
+    }
+    while (::flock(fd_, op) != 0) {
+      if (errno == EINTR) continue;
+      const int err = errno;
+      Release();
+      return UnavailableError("cannot lock " + path + ": " + Errno(err));
+    }
+    return Status();
+  }
+  void Release() {
+    if (fd_ >= 0) ::close(fd_);  // releases the flock
+    fd_ = -1;
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+// ---------------------------------------------------------------------------------------------
+// The save lock: an exclusive flock(2) on `<dir>.lock`, taken by rank 0 of a save for the whole
+// save. The file holds the holder's identity ("host H pid P since T") while the lock is held and
+// is emptied when it is released; it is never removed (removing a flock file races with a
+// process that has just opened it). The kernel drops the lock when the holder's process dies, so
+// a crashed save never leaves a held lock: a non-empty file without a holder is stale and
+// ignored.
+
+std::string HostName() {
+  char buf[256] = {};
+  if (::gethostname(buf, sizeof(buf) - 1) != 0) return "?";
+  return buf;
+}
+
+std::string UtcNow() {
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  ::gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+class SaveLock {
+ public:
+  SaveLock() = default;
+  SaveLock(const SaveLock&) = delete;
+  SaveLock& operator=(const SaveLock&) = delete;
+  ~SaveLock() { Release(); }
+
+  Status Acquire(const std::string& dir) {
+    path_ = CheckpointLockPath(dir);
+    fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd_ < 0) return UnavailableError("SaveCheckpoint: cannot open the lock file " + path_ + ": " + Errno(errno));
+    if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+      const int err = errno;
+      std::string holder;
+      char buf[512];
+      const ssize_t r = ::pread(fd_, buf, sizeof(buf), 0);
+      if (r > 0) holder.assign(buf, static_cast<size_t>(r));
+      while (!holder.empty() && (holder.back() == '\n' || holder.back() == '\0')) holder.pop_back();
+      ::close(fd_);
+      fd_ = -1;
+      if (err != EWOULDBLOCK) {
+        return UnavailableError("SaveCheckpoint: cannot lock " + path_ + ": " + Errno(err));
+      }
+      return AbortedError("SaveCheckpoint: " + dir + " is being saved by another save: the lock " + path_ +
+                          " is held by " + (holder.empty() ? std::string("a holder that has not written its name yet")
+                                                           : holder) +
+                          "; this save wrote nothing (retry when that save has finished)");
+    }
+    const std::string me = "host " + HostName() + " pid " + std::to_string(::getpid()) + " since " + UtcNow() + "\n";
+    if (::ftruncate(fd_, 0) != 0 || ::pwrite(fd_, me.data(), me.size(), 0) != static_cast<ssize_t>(me.size())) {
+      const int err = errno;
+      Release();
+      return UnavailableError("SaveCheckpoint: cannot write the lock file " + path_ + ": " + Errno(err));
+    }
+    return Status();
+  }
+
+  void Release() {
+    if (fd_ < 0) return;
+    if (::ftruncate(fd_, 0) != 0) {
+      // Best effort: an unemptied file only shows a stale holder name, never a held lock.
+    }
+    ::close(fd_);  // releases the flock
+    fd_ = -1;
+  }
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+};
 
 // ---------------------------------------------------------------------------------------------
 // Save.
@@ -222,23 +337,52 @@ std::vector<PlannedChunk> PlanChunks(const Layout& layout, DType dtype, const st
   return chunks;
 }
 
-// Rank 0: recovers from a crash between the commit renames, checks `dir`, creates the temp dir.
-Status PrepareDirs(const std::string& dir, const std::string& tmp) {
+bool IsTempDirName(const std::string& name, const std::string& base) {
+  const std::string prefix = base + ".tmp-";
+  if (name.size() != prefix.size() + 16 || name.compare(0, prefix.size(), prefix) != 0) return false;
+  return std::all_of(name.begin() + static_cast<std::ptrdiff_t>(prefix.size()), name.end(),
+                     [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+}
+
+// Rank 0, holding the save lock: removes the temporary directories `<dir>.tmp-<16 hex>` left by
+// crashed saves (no other save of `dir` can be running: it would hold the lock), recovers from a
+// crash between the commit renames, checks `dir`, creates the temp dir.
+Status PrepareDirs(const std::string& dir, const std::string& tmp, int* stale_removed) {
   const fs::path parent = fs::path(dir).parent_path();
-  if (!parent.empty() && !Exists(parent.string())) {
-    return NotFoundError("SaveCheckpoint: parent directory " + parent.string() + " of " + dir + " does not exist");
+  const std::string parent_str = parent.empty() ? std::string(".") : parent.string();
+  MF_ASSIGN_OR_RETURN(bool parent_exists, PathExists(parent_str));
+  if (!parent_exists) {
+    return NotFoundError("SaveCheckpoint: parent directory " + parent_str + " of " + dir + " does not exist");
   }
   std::error_code ec;
-  if (!Exists(dir) && Exists(BackupDir(dir))) {
+  const std::string base = fs::path(dir).filename().string();
+  std::vector<fs::path> stale;
+  for (fs::directory_iterator it(parent_str, ec), end; !ec && it != end; it.increment(ec)) {
+    if (IsTempDirName(it->path().filename().string(), base)) stale.push_back(it->path());
+  }
+  if (ec) return UnavailableError("SaveCheckpoint: cannot list " + parent_str + ": " + ec.message());
+  for (const fs::path& p : stale) {
+    fs::remove_all(p, ec);
+    if (ec) return UnavailableError("SaveCheckpoint: cannot remove the stale temporary directory " + p.string() + ": " + ec.message());
+    ++*stale_removed;
+  }
+  MF_ASSIGN_OR_RETURN(bool dir_exists, PathExists(dir));
+  MF_ASSIGN_OR_RETURN(bool backup_exists, PathExists(BackupDir(dir)));
+  if (!dir_exists && backup_exists) {
+    FileLock commit_lock;  // a load resolving `dir` then `<dir>.old` must not miss both
+    MF_RETURN_IF_ERROR(commit_lock.Lock(CheckpointCommitLockPath(dir), LOCK_EX, /*create=*/true));
     fs::rename(BackupDir(dir), dir, ec);
     if (ec) return UnavailableError("cannot restore " + BackupDir(dir) + " to " + dir + ": " + ec.message());
+    dir_exists = true;
   }
-  if (Exists(dir)) {
+  if (dir_exists) {
     if (!fs::is_directory(dir, ec)) {
       return FailedPreconditionError("SaveCheckpoint: " + dir + " exists and is not a directory");
     }
     const bool empty = fs::is_empty(dir, ec);
-    if (!empty && !Exists((fs::path(dir) / kMetadataFileName).string())) {
+    if (ec) return UnavailableError("SaveCheckpoint: cannot list " + dir + ": " + ec.message());
+    MF_ASSIGN_OR_RETURN(bool has_metadata, PathExists((fs::path(dir) / kMetadataFileName).string()));
+    if (!empty && !has_metadata) {
       return FailedPreconditionError("SaveCheckpoint: refusing to replace " + dir +
                                      ": it is not empty and holds no " + std::string(kMetadataFileName));
     }
@@ -247,34 +391,86 @@ Status PrepareDirs(const std::string& dir, const std::string& tmp) {
   return Status();
 }
 
-Status Commit(const std::string& dir, const std::string& tmp, SaveCrashPoint crash) {
-  if (crash == SaveCrashPoint::kBeforeRename) {
-    return AbortedError("SaveCheckpoint: injected crash before the rename of " + tmp + " to " + dir);
+// The outcome of the commit on rank 0. `committed` is true once the temporary directory has been
+// renamed to `dir` (the commit point); `status` is then OK and `warning` names any later step
+// that failed (parent fsync, backup removal). Before the commit point every failure is undone:
+// `dir` is back as it was.
+struct CommitResult {
+  Status status;
+  bool committed = false;
+  std::string warning;
+};
+
+CommitResult Commit(const std::string& dir, const std::string& tmp, const SaveOptions& options) {
+  CommitResult out;
+  if (options.crash_point == SaveCrashPoint::kBeforeRename) {
+    out.status = AbortedError("SaveCheckpoint: injected crash before the rename of " + tmp + " to " + dir);
+    return out;
   }
   std::error_code ec;
-  const bool had_old = Exists(dir);
-  const std::string backup = BackupDir(dir);
-  if (had_old) {
-    if (Exists(backup)) {  // a stale backup of a save that committed but did not clean up
-      fs::remove_all(backup, ec);
-      if (ec) return UnavailableError("cannot remove stale backup " + backup + ": " + ec.message());
-    }
-    fs::rename(dir, backup, ec);
-    if (ec) return UnavailableError("cannot rename " + dir + " to " + backup + ": " + ec.message());
+  StatusOr<bool> had_old = PathExists(dir);
+  if (!had_old.ok()) {
+    out.status = had_old.status();
+    return out;
   }
-  if (crash == SaveCrashPoint::kBetweenRenames) {
-    return AbortedError("SaveCheckpoint: injected crash after renaming " + dir + " to " + backup);
+  const std::string backup = BackupDir(dir);
+  if (*had_old) {
+    StatusOr<bool> stale = PathExists(backup);
+    if (!stale.ok()) {
+      out.status = stale.status();
+      return out;
+    }
+    if (*stale) {  // a stale backup of a save that committed but did not clean up
+      fs::remove_all(backup, ec);
+      if (ec) {
+        out.status = UnavailableError("cannot remove stale backup " + backup + ": " + ec.message());
+        return out;
+      }
+    }
+  }
+  // The renames exclude the loads' pinning (shared holders of the commit lock): a load opens either
+  // the previous checkpoint or this one, never a directory in between.
+  FileLock commit_lock;
+  out.status = commit_lock.Lock(CheckpointCommitLockPath(dir), LOCK_EX, /*create=*/true);
+  if (!out.status.ok()) return out;
+  if (*had_old) {
+    fs::rename(dir, backup, ec);
+    if (ec) {
+      out.status = UnavailableError("cannot rename " + dir + " to " + backup + ": " + ec.message());
+      return out;
+    }
+  }
+  if (options.crash_point == SaveCrashPoint::kBetweenRenames) {
+    out.status = AbortedError("SaveCheckpoint: injected crash after renaming " + dir + " to " + backup);
+    return out;
   }
   fs::rename(tmp, dir, ec);
-  if (ec) return UnavailableError("cannot rename " + tmp + " to " + dir + ": " + ec.message());
+  if (ec) {
+    out.status = UnavailableError("cannot rename " + tmp + " to " + dir + ": " + ec.message());
+    if (*had_old) {  // roll back: the previous checkpoint stays in place
+      std::error_code ec2;
+      fs::rename(backup, dir, ec2);
+      if (ec2) out.status = out.status.WithContext("and cannot restore " + backup + " to " + dir + " (" + ec2.message() + "; the loaders read " + backup + ")");
+    }
+    return out;
+  }
+  // The commit point: from here on the save has succeeded; later failures are warnings.
+  out.committed = true;
+  commit_lock.Release();  // loads pinning the backup hold its files open: removing it is safe
   std::string parent = fs::path(dir).parent_path().string();
   if (parent.empty()) parent = ".";
-  MF_RETURN_IF_ERROR(FsyncPath(parent, /*directory=*/true));
-  if (had_old) {
+  Status synced = options.fail_after_commit
+                      ? UnavailableError("injected failure after the commit (fsync of " + parent + ")")
+                      : FsyncPath(parent, /*directory=*/true);
+  if (!synced.ok()) out.warning = synced.message() + " (the rename may not survive a power loss)";
+  if (*had_old) {
     fs::remove_all(backup, ec);
-    if (ec) return UnavailableError("cannot remove backup " + backup + ": " + ec.message());
+    if (ec) {
+      out.warning += std::string(out.warning.empty() ? "" : "; ") + "cannot remove backup " + backup + ": " +
+                     ec.message() + " (the next save removes it)";
+    }
   }
-  return Status();
+  return out;
 }
 
 std::string UniqueSuffix(uint64_t id) {
@@ -356,16 +552,42 @@ Status SaveCheckpoint(const std::string& dir_in, const std::vector<std::pair<std
     }
   }
 
-  // 3. Rank 0 prepares the directories and picks the temporary name.
+  // 3. Rank 0 takes the save lock (held until the end), removes stale temporary directories,
+  // prepares the directories and picks the temporary name.
+  SaveInfo info_local;
+  SaveInfo& info = options.info != nullptr ? *options.info : info_local;
+  info = SaveInfo{};
+  SaveLock lock;
   int64_t id = 0;
   local = Status();
   if (me == 0) {
     id = static_cast<int64_t>(NewUniqueId());
-    local = PrepareDirs(dir, dir + ".tmp-" + UniqueSuffix(static_cast<uint64_t>(id)));
+    local = lock.Acquire(dir);
+    if (local.ok()) {
+      local = RunHook("save:locked", comm.world_rank());
+      if (local.ok()) local = PrepareDirs(dir, dir + ".tmp-" + UniqueSuffix(static_cast<uint64_t>(id)), &info.stale_temp_dirs_removed);
+    }
   }
-  MF_RETURN_IF_ERROR(comm.Broadcast(&id, 1, DType::kI64, 0));
-  MF_RETURN_IF_ERROR(AgreeStatus(comm, local));
+  const bool made_tmp = me == 0 && local.ok();
+  Status prep = comm.Broadcast(&id, 1, DType::kI64, 0);
+  if (prep.ok()) prep = AgreeStatus(comm, local);
   const std::string tmp = dir + ".tmp-" + UniqueSuffix(static_cast<uint64_t>(id));
+  if (!prep.ok()) {
+    std::error_code ec;
+    if (made_tmp) fs::remove_all(tmp, ec);
+    return prep;
+  }
+  // From here on the temporary directory exists. A failed save removes it (rank 0, after every
+  // rank has agreed on the failure, so nobody writes there any more), except when a crash is
+  // being simulated: a crashed process cleans nothing, the next save does.
+  const bool simulating_crash = options.fail_after_files >= 0 || options.crash_point != SaveCrashPoint::kNone;
+  auto abandon = [&](Status st) {
+    if (me == 0 && !simulating_crash) {
+      std::error_code ec;
+      fs::remove_all(tmp, ec);
+    }
+    return st;
+  };
 
   // 4. Every rank writes its data file (its owned chunks) and fsyncs it.
   std::vector<uint32_t> my_crcs;
@@ -397,14 +619,18 @@ Status SaveCheckpoint(const std::string& dir_in, const std::vector<std::pair<std
     local = WriteFileSynced((fs::path(tmp) / DataFileName(me)).string(), parts, &my_crcs);
     if (local.ok()) ++files_written;
     if (local.ok() && options.fail_after_files == files_written) local = injected();
+    if (local.ok()) local = RunHook("save:data-written", comm.world_rank());
   }
-  MF_RETURN_IF_ERROR(AgreeStatus(comm, local));  // also the barrier: every data file is synced
+  // Also the barrier: every data file is synced.
+  if (Status st = AgreeStatus(comm, local); !st.ok()) return abandon(st);
 
   // 5. Checksums to rank 0 (all-gather: the communicator has no gather).
   std::vector<int64_t> crc_total_prefix(static_cast<size_t>(n + 1), 0);
   for (int r = 0; r < n; ++r) crc_total_prefix[r + 1] = crc_total_prefix[r] + crc_counts[r];
   std::vector<uint32_t> all_crcs(static_cast<size_t>(crc_total_prefix[n]));
-  MF_RETURN_IF_ERROR(comm.AllGatherV(my_crcs.data(), crc_counts[me], all_crcs.data(), crc_counts, DType::kI32));
+  if (Status st = comm.AllGatherV(my_crcs.data(), crc_counts[me], all_crcs.data(), crc_counts, DType::kI32); !st.ok()) {
+    return abandon(st);
+  }
 
   // 6. Rank 0 writes the metadata, syncs the directory and commits.
   local = Status();
@@ -438,9 +664,38 @@ Status SaveCheckpoint(const std::string& dir_in, const std::vector<std::pair<std
     if (local.ok()) ++files_written;
     if (local.ok() && options.fail_after_files == files_written) local = injected();
     if (local.ok()) local = FsyncPath(tmp, /*directory=*/true);
-    if (local.ok()) local = Commit(dir, tmp, options.crash_point);
+    if (local.ok()) {
+      CommitResult c = Commit(dir, tmp, options);
+      local = c.status;
+      info.committed = c.committed;
+      info.warning = std::move(c.warning);
+      if (c.committed) {
+        if (Status h = RunHook("save:committed", comm.world_rank()); !h.ok()) return h;  // simulated death
+      }
+    }
+    if (!local.ok() && !simulating_crash) {
+      std::error_code ec;
+      fs::remove_all(tmp, ec);
+    }
   }
-  return AgreeStatus(comm, local);
+  // 7. Every rank learns the outcome. Rank 0's status is OK exactly when it committed, so no rank
+  // returns an error for a committed save and no rank returns OK for an uncommitted one.
+  bool comm_failed = false;
+  const Status agreed = AgreeStatus(comm, local, &comm_failed);
+  if (me == 0) {
+    lock.Release();
+    if (info.committed) return Status();  // committed: nothing can make it fail any more
+    return agreed.ok() ? local : agreed;
+  }
+  if (comm_failed) {
+    // The agreement itself failed (a communication error, not a rank's reported failure): this
+    // rank cannot know whether rank 0 committed.
+    return Status(agreed.code(), "SaveCheckpoint: lost contact with rank 0 during the commit of " + dir +
+                                     ": the save may or may not have committed (ReadCheckpointMetadata tells): " +
+                                     agreed.message());
+  }
+  info.committed = agreed.ok();
+  return agreed;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -448,16 +703,140 @@ Status SaveCheckpoint(const std::string& dir_in, const std::vector<std::pair<std
 
 StatusOr<std::string> ResolveCheckpointDir(const std::string& dir_in) {
   const std::string dir = StripSlashes(dir_in);
-  if (Exists(dir)) return dir;
-  if (Exists(BackupDir(dir))) return BackupDir(dir);
+  MF_ASSIGN_OR_RETURN(bool exists, PathExists(dir));
+  if (exists) return dir;
+  MF_ASSIGN_OR_RETURN(bool backup, PathExists(BackupDir(dir)));
+  if (backup) return BackupDir(dir);
   return NotFoundError("no checkpoint at " + dir + " (nor a backup " + BackupDir(dir) + ")");
 }
 
+std::string CheckpointLockPath(const std::string& dir) { return StripSlashes(dir) + ".lock"; }
+std::string CheckpointCommitLockPath(const std::string& dir) { return StripSlashes(dir) + ".commit-lock"; }
+
+void SetCheckpointTestHook(CheckpointTestHook hook) {
+  auto p = hook ? std::make_shared<const CheckpointTestHook>(std::move(hook)) : nullptr;
+  std::lock_guard<std::mutex> lock(HookMu());
+  HookSlot() = std::move(p);
+}
+
+namespace {
+
+// A committed checkpoint directory held open: the directory descriptor pins it, so the metadata
+// and every data file opened through it (openat) belong to one save even when a concurrent save
+// renames or removes the path.
+struct PinnedDir {
+  PinnedDir() = default;
+  PinnedDir(const PinnedDir&) = delete;
+  PinnedDir& operator=(const PinnedDir&) = delete;
+  PinnedDir(PinnedDir&& o) noexcept : path(std::move(o.path)), fd(std::exchange(o.fd, -1)), ino(o.ino), metadata(std::move(o.metadata)) {}
+  PinnedDir& operator=(PinnedDir&& o) noexcept {
+    if (this != &o) {
+      Close();
+      path = std::move(o.path);
+      fd = std::exchange(o.fd, -1);
+      ino = o.ino;
+      metadata = std::move(o.metadata);
+    }
+    return *this;
+  }
+  ~PinnedDir() { Close(); }
+  void Close() {
+    if (fd >= 0) ::close(fd);
+    fd = -1;
+  }
+
+  std::string path;       // the path it was opened by (dir or <dir>.old)
+  int fd = -1;
+  uint64_t ino = 0;       // inode of the directory (identifies one save's directory)
+  std::string metadata;   // the bytes of its metadata file
+};
+
+std::string MetadataPath(const std::string& dir) { return (fs::path(dir) / kMetadataFileName).string(); }
+
+// Reads a whole regular file relative to `dirfd`. NotFound when it does not exist.
+StatusOr<std::string> ReadFileAt(int dirfd, const char* name, const std::string& path) {
+  const int fd = ::openat(dirfd, name, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) return NotFoundError("checkpoint metadata " + path + " is missing");
+    return UnavailableError("cannot open " + path + ": " + Errno(errno));
+  }
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return UnavailableError("cannot stat " + path + ": " + Errno(err));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return DataLossError("checkpoint metadata " + path + " is " +
+                         (S_ISDIR(st.st_mode) ? "a directory" : "not a regular file"));
+  }
+  std::string out;
+  char buf[1 << 16];
+  while (true) {
+    const ssize_t r = ::read(fd, buf, sizeof(buf));
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      const int err = errno;
+      ::close(fd);
+      return UnavailableError("read of " + path + " failed: " + Errno(err));
+    }
+    if (r == 0) break;
+    out.append(buf, static_cast<size_t>(r));
+  }
+  ::close(fd);
+  return out;
+}
+
+// Opens `path` as a directory (no metadata read). NotFound when it does not exist.
+StatusOr<PinnedDir> OpenDir(const std::string& path) {
+  PinnedDir p;
+  p.path = path;
+  p.fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (p.fd < 0) {
+    if (errno == ENOENT) return NotFoundError("no checkpoint at " + path);
+    return UnavailableError("cannot open checkpoint directory " + path + ": " + Errno(errno));
+  }
+  struct stat st;
+  if (::fstat(p.fd, &st) != 0) return UnavailableError("cannot stat checkpoint directory " + path + ": " + Errno(errno));
+  p.ino = static_cast<uint64_t>(st.st_ino);
+  return p;
+}
+
+// Resolves `dir` (dir, or <dir>.old after a crash between the commit renames), pins it and reads
+// its metadata. A concurrent commit can move or remove the directory between the resolution and
+// the reads: that is retried, so a checkpoint that was replaced is never reported missing.
+StatusOr<PinnedDir> ResolveAndPin(const std::string& dir_in) {
+  const std::string dir = StripSlashes(dir_in);
+  Status last;
+  for (int attempt = 0; attempt < 16; ++attempt) {
+    MF_ASSIGN_OR_RETURN(std::string resolved, ResolveCheckpointDir(dir));
+    StatusOr<PinnedDir> p = OpenDir(resolved);
+    if (!p.ok()) {
+      if (p.status().code() != StatusCode::kNotFound) return p.status();
+      last = p.status();
+      continue;  // moved away since the resolution
+    }
+    StatusOr<std::string> md = ReadFileAt(p->fd, std::string(kMetadataFileName).c_str(), MetadataPath(resolved));
+    if (md.ok()) {
+      p->metadata = *std::move(md);
+      return p;
+    }
+    if (md.status().code() != StatusCode::kNotFound) return md.status();
+    // The metadata is missing: for real when the pinned directory is still the one at `resolved`
+    // (otherwise it is being removed after a newer save's commit: retry).
+    struct stat st;
+    if (::stat(resolved.c_str(), &st) == 0 && static_cast<uint64_t>(st.st_ino) == p->ino) return md.status();
+    last = md.status();
+  }
+  return last;
+}
+
+}  // namespace
+
 StatusOr<CheckpointMetadata> ReadCheckpointMetadata(const std::string& dir) {
-  MF_ASSIGN_OR_RETURN(std::string resolved, ResolveCheckpointDir(dir));
-  const std::string path = (fs::path(resolved) / kMetadataFileName).string();
-  MF_ASSIGN_OR_RETURN(std::string bytes, ReadWholeFile(path));
-  return DecodeMetadata(bytes, path);
+  MF_ASSIGN_OR_RETURN(PinnedDir p, ResolveAndPin(dir));
+  return DecodeMetadata(p.metadata, MetadataPath(p.path));
 }
 
 StatusOr<std::string> LoadExtraState(const std::string& dir) {
@@ -467,23 +846,24 @@ StatusOr<std::string> LoadExtraState(const std::string& dir) {
 
 namespace {
 
+// The data files of one pinned checkpoint directory, opened on first use through its descriptor.
 class DataFiles {
  public:
-  DataFiles(std::string dir, const CheckpointMetadata& md, LoadStats& stats) : dir_(std::move(dir)), md_(md), stats_(stats) {}
+  DataFiles(const PinnedDir& dir, const CheckpointMetadata& md, LoadStats& stats) : dir_(dir), md_(md), stats_(stats) {}
   ~DataFiles() {
     for (auto& [i, fd] : fds_) ::close(fd);
   }
   DataFiles(const DataFiles&) = delete;
   DataFiles& operator=(const DataFiles&) = delete;
 
-  std::string Path(int file) const { return (fs::path(dir_) / DataFileName(file)).string(); }
+  std::string Path(int file) const { return (fs::path(dir_.path) / DataFileName(file)).string(); }
 
   // The open descriptor of data file `file`, checked against its recorded size.
   StatusOr<int> Get(int file, const std::string& tensor) {
     auto it = fds_.find(file);
     if (it != fds_.end()) return it->second;
     const std::string path = Path(file);
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    const int fd = ::openat(dir_.fd, DataFileName(file).c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
       if (errno == ENOENT) {
         return NotFoundError("tensor '" + tensor + "': data file " + path + " is missing from the checkpoint");
@@ -495,6 +875,12 @@ class DataFiles {
       const int err = errno;
       ::close(fd);
       return UnavailableError("tensor '" + tensor + "': cannot stat data file " + path + ": " + Errno(err));
+    }
+    if (!S_ISREG(st.st_mode)) {
+      const bool is_dir = S_ISDIR(st.st_mode);
+      ::close(fd);
+      return DataLossError("tensor '" + tensor + "': data file " + path + " is " +
+                           (is_dir ? "a directory" : "not a regular file") + ", not the file the metadata records");
     }
     if (static_cast<int64_t>(st.st_size) != md_.file_sizes[file]) {
       ::close(fd);
@@ -508,7 +894,7 @@ class DataFiles {
   }
 
  private:
-  std::string dir_;
+  const PinnedDir& dir_;
   const CheckpointMetadata& md_;
   LoadStats& stats_;
   std::map<int, int> fds_;
@@ -751,60 +1137,153 @@ std::string NamesList(const CheckpointMetadata& md) {
   return s;
 }
 
-Status LoadLocal(const std::string& dir, const std::vector<LoadRequest>& requests, MeshComms& comms,
-                 std::vector<DTensor>& out, LoadStats& stats) {
-  MF_ASSIGN_OR_RETURN(std::string resolved, ResolveCheckpointDir(dir));
-  const std::string md_path = (fs::path(resolved) / kMetadataFileName).string();
-  MF_ASSIGN_OR_RETURN(std::string bytes, ReadWholeFile(md_path));
-  MF_ASSIGN_OR_RETURN(CheckpointMetadata md, DecodeMetadata(bytes, md_path));
-  DataFiles files(resolved, md, stats);
-  ReadScratch scratch;
+// One request of a load, checked against the pinned metadata.
+struct PreparedRequest {
+  const TensorRecord* t = nullptr;
+  Box box;
+  bool zeros = false;  // Replicate -> Partial(sum) off group coordinate 0: reads nothing
+};
+
+// Checks the requests against `md` and opens (through the pinned directory) every data file this
+// rank will read, so that the reads need no path lookup any more.
+Status PrepareLoad(const std::vector<LoadRequest>& requests, MeshComms& comms, const CheckpointMetadata& md,
+                   const std::string& md_path, DataFiles& files, std::vector<PreparedRequest>& prepared) {
   const int me = comms.world_rank();
   for (const LoadRequest& req : requests) {
-    const TensorRecord* t = md.Find(req.name);
-    if (t == nullptr) {
+    PreparedRequest pr;
+    pr.t = md.Find(req.name);
+    if (pr.t == nullptr) {
       return NotFoundError("tensor '" + req.name + "' is not in checkpoint " + md_path + " (it holds: " + NamesList(md) +
                            ")");
     }
+    const TensorRecord& t = *pr.t;
     if (!(req.layout.mesh() == comms.mesh())) {
       return InvalidArgumentError("tensor '" + req.name + "': target layout is on " + req.layout.mesh().ToString() +
                                   " but the communicators are for " + comms.mesh().ToString());
     }
-    if (req.layout.global_shape() != t->shape) {
-      return InvalidArgumentError("tensor '" + req.name + "' has shape " + ShapeStr(t->shape) + " in checkpoint " +
+    if (req.layout.global_shape() != t.shape) {
+      return InvalidArgumentError("tensor '" + req.name + "' has shape " + ShapeStr(t.shape) + " in checkpoint " +
                                   md_path + " but the target layout has shape " + ShapeStr(req.layout.global_shape()));
     }
-    if (req.dtype.has_value() && *req.dtype != t->dtype) {
-      return InvalidArgumentError("tensor '" + req.name + "' has dtype " + std::string(DTypeName(t->dtype)) +
+    if (req.dtype.has_value() && *req.dtype != t.dtype) {
+      return InvalidArgumentError("tensor '" + req.name + "' has dtype " + std::string(DTypeName(t.dtype)) +
                                   " in checkpoint " + md_path + " but " + std::string(DTypeName(*req.dtype)) +
                                   " was requested");
     }
-    MF_ASSIGN_OR_RETURN(Box box, req.layout.LocalBox(me));
-    bool zeros = false;  // Replicate -> Partial(sum): only group coordinate 0 holds the value
+    MF_ASSIGN_OR_RETURN(pr.box, req.layout.LocalBox(me));
     if (req.layout.partial_op() == ReduceOp::kSum) {
       MF_ASSIGN_OR_RETURN(std::vector<int64_t> coord, req.layout.mesh().Coordinate(me));
-      for (int m = 0; m < req.layout.mesh().ndim(); ++m) zeros = zeros || (IsPartial(req.layout.placement(m)) && coord[m] != 0);
+      for (int m = 0; m < req.layout.mesh().ndim(); ++m) {
+        pr.zeros = pr.zeros || (IsPartial(req.layout.placement(m)) && coord[m] != 0);
+      }
     }
+    if (!pr.zeros && !pr.box.empty()) {
+      for (const ChunkRecord& c : t.chunks) {
+        if (!Intersect(c.box, pr.box).empty()) MF_RETURN_IF_ERROR(files.Get(c.file, t.name).status());
+      }
+    }
+    prepared.push_back(std::move(pr));
+  }
+  return Status();
+}
+
+// Reads this rank's part of every prepared request.
+Status ReadPrepared(const std::vector<LoadRequest>& requests, const std::vector<PreparedRequest>& prepared,
+                    MeshComms& comms, const CheckpointMetadata& md, const std::string& md_path, DataFiles& files,
+                    std::vector<DTensor>& out, LoadStats& stats) {
+  ReadScratch scratch;
+  const int me = comms.world_rank();
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const PreparedRequest& pr = prepared[i];
+    const TensorRecord& t = *pr.t;
+    const Box& box = pr.box;
     // The chunks partition the tensor (DecodeMetadata checks it), so the reads below write every
     // byte of the box: no zero-fill.
-    Tensor local = zeros || box.empty() ? Tensor::Zeros(t->dtype, box.shape) : Tensor::Uninitialized(t->dtype, box.shape);
-    if (!zeros && !box.empty()) {
+    Tensor local =
+        pr.zeros || box.empty() ? Tensor::Zeros(t.dtype, box.shape) : Tensor::Uninitialized(t.dtype, box.shape);
+    if (!pr.zeros && !box.empty()) {
       int64_t covered = 0;
-      for (const ChunkRecord& c : t->chunks) {
+      for (const ChunkRecord& c : t.chunks) {
         const Box inter = Intersect(c.box, box);
         if (inter.empty()) continue;
-        MF_RETURN_IF_ERROR(ReadChunkPart(*t, c, inter, box, md.checksum_block_bytes, files, local, stats, scratch));
+        MF_RETURN_IF_ERROR(ReadChunkPart(t, c, inter, box, md.checksum_block_bytes, files, local, stats, scratch));
         covered += inter.NumElements();
       }
       if (covered != box.NumElements()) {
-        return InternalError("tensor '" + req.name + "': the chunks of " + md_path + " cover " + std::to_string(covered) +
-                             " of the " + std::to_string(box.NumElements()) + " elements of box " + box.ToString());
+        return InternalError("tensor '" + requests[i].name + "': the chunks of " + md_path + " cover " +
+                             std::to_string(covered) + " of the " + std::to_string(box.NumElements()) +
+                             " elements of box " + box.ToString());
       }
     }
-    MF_ASSIGN_OR_RETURN(DTensor x, DTensor::FromLocal(std::move(local), req.layout, me));
+    MF_ASSIGN_OR_RETURN(DTensor x, DTensor::FromLocal(std::move(local), requests[i].layout, me));
     out.push_back(std::move(x));
   }
   return Status();
+}
+
+// Marks the (retried) failure of a rank that opened another checkpoint than rank 0.
+constexpr std::string_view kPinMismatch = "opened another checkpoint than rank 0";
+
+// One attempt of a load (see "Concurrency" in checkpoint.h). Every return is agreed by all ranks.
+Status LoadAttempt(const std::string& dir, const std::vector<LoadRequest>& requests, MeshComms& comms,
+                   std::vector<DTensor>& out, LoadStats& stats) {
+  Communicator& comm = comms.world();
+  const int me = comm.rank();
+  // 1. Rank 0 pins the checkpoint under the shared commit lock and broadcasts its metadata.
+  FileLock commit_lock;
+  StatusOr<PinnedDir> pinned = NotFoundError("not pinned");
+  Status local;
+  if (me == 0) {
+    local = commit_lock.Lock(CheckpointCommitLockPath(dir), LOCK_SH, /*create=*/false);
+    if (local.ok()) {
+      pinned = ResolveAndPin(dir);
+      local = pinned.status();
+    }
+    if (local.ok()) local = RunHook("load:pinned", comm.world_rank());
+  }
+  int64_t md_size = me == 0 && local.ok() ? static_cast<int64_t>(pinned->metadata.size()) : -1;
+  MF_RETURN_IF_ERROR(comm.Broadcast(&md_size, 1, DType::kI64, 0));
+  if (md_size < 0) return AgreeStatus(comm, local);  // rank 0's error, on every rank
+  std::vector<int64_t> words(static_cast<size_t>((md_size + 7) / 8), 0);
+  if (me == 0 && md_size > 0) std::memcpy(words.data(), pinned->metadata.data(), static_cast<size_t>(md_size));
+  if (!words.empty()) {
+    MF_RETURN_IF_ERROR(comm.Broadcast(words.data(), static_cast<int64_t>(words.size()), DType::kI64, 0));
+  }
+  const std::string_view md_bytes(reinterpret_cast<const char*>(words.data()), static_cast<size_t>(md_size));
+
+  // 2. Every other rank pins the same checkpoint: its metadata must be byte-identical.
+  if (me != 0) {
+    pinned = ResolveAndPin(dir);
+    local = pinned.status();
+    if (local.ok() && pinned->metadata != md_bytes) {
+      local = AbortedError("load of checkpoint " + StripSlashes(dir) + ": this rank " + std::string(kPinMismatch) +
+                           " (" + pinned->path + " was replaced between their opens; its metadata has " +
+                           std::to_string(pinned->metadata.size()) + " bytes, rank 0's " + std::to_string(md_size) +
+                           ")");
+    }
+  }
+
+  // 3. Every rank checks its requests and opens the data files it needs; then rank 0 unpins.
+  std::optional<CheckpointMetadata> md;
+  std::optional<DataFiles> files;
+  std::vector<PreparedRequest> prepared;
+  std::string md_path;
+  if (local.ok()) {
+    md_path = MetadataPath(pinned->path);
+    StatusOr<CheckpointMetadata> decoded = DecodeMetadata(pinned->metadata, md_path);
+    local = decoded.status();
+    if (local.ok()) {
+      md = *std::move(decoded);
+      files.emplace(*pinned, *md, stats);
+      local = PrepareLoad(requests, comms, *md, md_path, *files, prepared);
+    }
+  }
+  const Status opened = AgreeStatus(comm, local);  // also the barrier: every rank holds its files
+  commit_lock.Release();
+  MF_RETURN_IF_ERROR(opened);
+
+  // 4. The reads, from the open files only.
+  return AgreeStatus(comm, ReadPrepared(requests, prepared, comms, *md, md_path, *files, out, stats));
 }
 
 }  // namespace
@@ -812,10 +1291,18 @@ Status LoadLocal(const std::string& dir, const std::vector<LoadRequest>& request
 StatusOr<std::vector<DTensor>> LoadTensors(const std::string& dir, const std::vector<LoadRequest>& requests,
                                            MeshComms& comms, LoadStats* stats) {
   LoadStats local_stats;
-  std::vector<DTensor> out;
-  const Status local = LoadLocal(dir, requests, comms, out, stats != nullptr ? *stats : local_stats);
-  MF_RETURN_IF_ERROR(AgreeStatus(comms.world(), local));
-  return out;
+  for (int attempt = 1;; ++attempt) {
+    std::vector<DTensor> out;
+    const Status st = LoadAttempt(dir, requests, comms, out, stats != nullptr ? *stats : local_stats);
+    if (st.ok()) return out;
+    const bool mismatch = st.code() == StatusCode::kAborted && st.message().find(kPinMismatch) != std::string::npos;
+    if (!mismatch) return st;
+    if (attempt == kLoadPinAttempts) {
+      return st.WithContext("LoadTensors: the ranks opened different checkpoints in each of " +
+                            std::to_string(kLoadPinAttempts) + " attempts (is " + CheckpointCommitLockPath(dir) +
+                            " locked by every host?)");
+    }
+  }
 }
 
 StatusOr<DTensor> LoadTensor(const std::string& dir, const std::string& name, const Layout& target, MeshComms& comms,

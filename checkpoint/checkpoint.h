@@ -17,9 +17,27 @@
 // and after a barrier rank 0 renames it into place: when `dir` exists it is first renamed to
 // `<dir>.old`, then the new directory is renamed to `dir`, the parent directory is fsynced and
 // `<dir>.old` removed. A crash before the rename leaves `dir` untouched (plus a stale temporary
-// directory, never read); a crash between the two renames leaves no `dir` but a complete
+// directory, never read, removed by the next save); a crash between the two renames leaves no `dir` but a complete
 // `<dir>.old`, which the loaders read in that case and the next save restores first. See
 // FORMAT.md for the files.
+//
+// Concurrency. A save holds an exclusive flock(2) on `<dir>.lock` (CheckpointLockPath) from
+// before it creates its temporary directory until it returns; the file names the holder
+// ("host H pid P since T"). A second save of the same `dir` fails at once (Aborted, naming the
+// holder) and writes nothing. The kernel drops the lock when the holder dies, so a crashed save
+// never blocks the next one, which removes the crashed saves' temporary directories first. A
+// failed save removes its own temporary directory. The result is unambiguous: once `dir` has
+// been renamed into place (the commit point) every rank returns OK; failures after it (the parent
+// fsync, removing the backup) are reported in SaveInfo::warning.
+// A load pins one committed checkpoint for all ranks: rank 0 takes a shared flock on
+// `<dir>.commit-lock` (the commit renames take it exclusively), resolves the directory, opens it
+// and reads its metadata, which it broadcasts; every rank opens the same directory (an open
+// directory descriptor), checks that its metadata is byte-identical to rank 0's, and opens
+// (openat) every data file it needs; only then does rank 0 release the lock. Open files stay
+// readable when a later save replaces or removes the directory, so all ranks read one step and
+// never see a half-replaced one. Where the lock is not shared (another host on a file system
+// without flock), a mismatch makes all ranks retry; after kLoadPinAttempts the load fails
+// (Aborted) instead of mixing steps.
 //
 // Errors never produce wrong data: every byte read from a data file is covered by a verified
 // CRC-32C block checksum (a partial read is rounded out to whole checksum blocks).
@@ -42,8 +60,10 @@
 #define MESHFLOW_CHECKPOINT_CHECKPOINT_H_
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -62,6 +82,8 @@ enum class SaveCrashPoint {
   kBetweenRenames,  // `dir` renamed to `<dir>.old`, the new directory not yet renamed into place
 };
 
+struct SaveInfo;
+
 struct SaveOptions {
   // Opaque blob stored in the metadata (e.g. the data loader's serialized state).
   std::string extra_state{};
@@ -76,13 +98,28 @@ struct SaveOptions {
   int fail_after_files = -1;
   // Stops rank 0 at that point of the commit, returning Aborted on every rank.
   SaveCrashPoint crash_point = SaveCrashPoint::kNone;
+  // Fault injection (tests): the fsync of the parent directory after the commit fails.
+  bool fail_after_commit = false;
+
+  // When set, receives what the save did (each rank needs its own SaveInfo).
+  SaveInfo* info = nullptr;
+};
+
+// What a save did. `committed` is true exactly when the save returned OK.
+struct SaveInfo {
+  bool committed = false;
+  // Rank 0: a step after the commit point that failed (the parent fsync, removing `<dir>.old`);
+  // the checkpoint is committed and loadable regardless. Empty when none failed.
+  std::string warning{};
+  // Rank 0: temporary directories of crashed saves removed before this save.
+  int stale_temp_dirs_removed = 0;
 };
 
 // Collective over comms.mesh(): every rank passes the same names with its part of the same
 // DTensors (same order, layouts on comms.mesh()). Errors: empty or duplicate name, a tensor on
 // another mesh, ranks passing different tensor lists (FailedPrecondition), checksum_block_bytes
 // <= 0, `dir` exists but is not a checkpoint (FailedPrecondition), I/O errors (naming the path),
-// injected crashes (Aborted).
+// injected crashes (Aborted), another save of `dir` in progress (Aborted, naming the lock holder).
 Status SaveCheckpoint(const std::string& dir, const std::vector<std::pair<std::string, const DTensor*>>& tensors,
                       MeshComms& comms, const SaveOptions& options = {});
 
@@ -113,6 +150,22 @@ StatusOr<CheckpointMetadata> ReadCheckpointMetadata(const std::string& dir);
 // The directory the loaders read for `dir`: dir itself, or `<dir>.old` after a crash between the
 // two commit renames. Errors: neither exists (NotFound).
 StatusOr<std::string> ResolveCheckpointDir(const std::string& dir);
+
+// The save lock of `dir`: `<dir>.lock` (see "Concurrency" above).
+std::string CheckpointLockPath(const std::string& dir);
+// The lock the commit renames take exclusively and loads take shared: `<dir>.commit-lock`.
+std::string CheckpointCommitLockPath(const std::string& dir);
+
+// How many times a load retries when the ranks opened different checkpoints (only possible
+// where the commit lock is not shared between the ranks' hosts).
+inline constexpr int kLoadPinAttempts = 8;
+
+// Tests only: called at named points of a save or load ("save:locked", "save:data-written",
+// "save:committed", "load:pinned") with the caller's world rank. A non-OK result is injected as
+// that rank's failure at that point; at "save:committed" (rank 0) it simulates the process dying
+// after the commit: rank 0 returns it without telling the other ranks. Pass {} to remove.
+using CheckpointTestHook = std::function<Status(std::string_view point, int world_rank)>;
+void SetCheckpointTestHook(CheckpointTestHook hook);
 
 }  // namespace meshflow
 

@@ -6,13 +6,19 @@
 // targets). Values are small integers, exact in every dtype (including bf16 and Partial sums).
 #include "meshflow/checkpoint/checkpoint.h"
 
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -217,8 +223,9 @@ TEST(CheckpointTest, ReplicatedChunksAreWrittenOnceByTheLowestRank) {
   EXPECT_TRUE(md->Find("empty")->chunks.empty());
   EXPECT_EQ(md->Find("tiny")->chunks.size(), 3u);  // 3 elements over 8 ranks: 5 empty boxes
   EXPECT_EQ(md->Find("psum")->chunks.size(), 4u);  // P(sum) reduced to R over mesh dim 0
-  // No temporary or backup directory is left after a successful save.
+  // No temporary or backup directory is left after a successful save; only the two lock files.
   for (const auto& e : fs::directory_iterator(fs::path(dir).parent_path())) {
+    if (e.path() == CheckpointLockPath(dir) || e.path() == CheckpointCommitLockPath(dir)) continue;
     EXPECT_EQ(e.path().string().find(dir + "."), std::string::npos) << e.path();
   }
 }
@@ -458,6 +465,16 @@ TEST_F(CheckpointErrorTest, MissingRankFile) {
   ExpectAllFail(LoadStatuses(dir_, "s_s", {13, 6}, Mesh({8})), StatusCode::kNotFound, {"'s_s'", DataPath(5), "missing"});
 }
 
+TEST_F(CheckpointErrorTest, DirectoryInPlaceOfADataFileOrTheMetadata) {
+  fs::remove(DataPath(5));
+  fs::create_directory(DataPath(5));
+  ExpectAllFail(LoadStatuses(dir_, "s_s", {13, 6}, Mesh({8})), StatusCode::kDataLoss,
+                {"'s_s'", DataPath(5), "is a directory"});
+  fs::remove(MetaPath());
+  fs::create_directory(MetaPath());
+  ExpectAllFail(LoadStatuses(dir_, "s_s", {13, 6}, Mesh({2})), StatusCode::kDataLoss, {MetaPath(), "is a directory"});
+}
+
 TEST_F(CheckpointErrorTest, CorruptedMetadata) {
   std::string bytes = Read(MetaPath());
   bytes[bytes.size() / 2] ^= 0x40;
@@ -517,6 +534,285 @@ TEST(CheckpointTest, SaveRejectsBadInputsOnEveryRank) {
                   .ok());
   ExpectAllFail(out, StatusCode::kFailedPrecondition, {"refusing to replace"});
   EXPECT_TRUE(fs::exists(dir + "/precious.txt"));
+}
+
+
+// ---------------------------------------------------------------------------------------------
+// Concurrency: the save lock, pinned loads, cleanup and unambiguous save results.
+
+// Removes the test hook when it goes out of scope.
+struct HookGuard {
+  explicit HookGuard(CheckpointTestHook h) { SetCheckpointTestHook(std::move(h)); }
+  ~HookGuard() { SetCheckpointTestHook({}); }
+};
+
+// Entries of dir's parent named `<dir>.tmp-*`.
+std::vector<std::string> TempDirsOf(const std::string& dir) {
+  std::vector<std::string> out;
+  for (const auto& e : fs::directory_iterator(fs::path(dir).parent_path())) {
+    if (e.path().string().rfind(dir + ".tmp-", 0) == 0) out.push_back(e.path().string());
+  }
+  return out;
+}
+
+// Saves "w" (f32 [24,10], GlobalFor(seed = step)) and "step" (i64 scalar = step) from `world`
+// on `mesh`; returns every rank's status (per-rank SaveInfo in `infos` when given).
+std::vector<Status> SaveStep(ThreadWorld& world, const std::string& dir, const DeviceMesh& mesh, int step,
+                             SaveOptions options = {}, std::vector<SaveInfo>* infos = nullptr,
+                             Status* run_status = nullptr) {
+  std::vector<Status> out(static_cast<size_t>(mesh.size()));
+  if (infos != nullptr) infos->assign(static_cast<size_t>(mesh.size()), SaveInfo{});
+  const Status run = world.Run([&](Communicator& comm) -> Status {
+    MF_ASSIGN_OR_RETURN(MeshComms comms, MeshComms::Create(comm, mesh));
+    const Layout wl = Layout::Create({24, 10}, mesh, *ParsePlacements(mesh.ndim() == 2 ? "S(0),S(1)" : "S(0)")).value();
+    const Layout sl = Layout::Create({}, mesh, *ParsePlacements(mesh.ndim() == 2 ? "R,R" : "R")).value();
+    MF_ASSIGN_OR_RETURN(DTensor w, Distribute(GlobalFor(DType::kF32, {24, 10}, step), wl, comm.world_rank()));
+    Tensor st = Tensor::Zeros(DType::kI64, {});
+    st.SetFromDouble(0, step);
+    MF_ASSIGN_OR_RETURN(DTensor stp, Distribute(st, sl, comm.world_rank()));
+    SaveOptions o = options;
+    o.extra_state = "step " + std::to_string(step);
+    if (infos != nullptr) o.info = &(*infos)[comm.world_rank()];
+    Status& mine = out[comm.world_rank()];
+    mine = SaveCheckpoint(dir, {{"w", &w}, {"step", &stp}}, comms, o);
+    return mine;
+  });
+  if (run_status != nullptr) *run_status = run;
+  return out;
+}
+
+// One load of "w" (S(1)) and "step" on `mesh`: the step every rank got (-1 on error), and whether
+// each rank's "w" equals the saved global of that step.
+struct LoadOutcome {
+  Status status;
+  std::vector<int64_t> steps;
+  std::vector<int> data_ok;  // not vector<bool>: ranks write their entries concurrently
+};
+
+LoadOutcome LoadStep(ThreadWorld& world, const std::string& dir, const DeviceMesh& mesh) {
+  LoadOutcome o;
+  o.steps.assign(static_cast<size_t>(mesh.size()), -1);
+  o.data_ok.assign(static_cast<size_t>(mesh.size()), 0);
+  const Layout wl = Layout::Create({24, 10}, mesh, *ParsePlacements("S(1)")).value();
+  const Layout sl = Layout::Create({}, mesh, *ParsePlacements("R")).value();
+  o.status = world.Run([&](Communicator& comm) -> Status {
+    MF_ASSIGN_OR_RETURN(MeshComms comms, MeshComms::Create(comm, mesh));
+    MF_ASSIGN_OR_RETURN(std::vector<DTensor> got,
+                        LoadTensors(dir, {LoadRequest{"w", wl, DType::kF32}, LoadRequest{"step", sl, DType::kI64}}, comms));
+    const int r = comm.world_rank();
+    const int64_t step = static_cast<int64_t>(got[1].local().GetAsDouble(0));
+    o.steps[r] = step;
+    MF_ASSIGN_OR_RETURN(Tensor want, ReferenceLocal(GlobalFor(DType::kF32, {24, 10}, static_cast<int>(step)), wl, r));
+    o.data_ok[r] = got[0].local() == want ? 1 : 0;
+    return Status();
+  });
+  return o;
+}
+
+int EnvInt(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  return v != nullptr ? std::atoi(v) : fallback;
+}
+
+// A saver replaces the checkpoint again and again while a job on another mesh loads it in a loop:
+// every load returns OK with all ranks on one step and that step's exact data. The trial size is
+// MF_CKPT_TRIAL_SAVES (default 12 saves); the counts are printed (bench/README.md quotes them).
+TEST(CheckpointConcurrencyTest, LoadsDuringSavesAreNeverTornNorFalselyFail) {
+  const std::string dir = TestDir("concurrent");
+  const int saves = EnvInt("MF_CKPT_TRIAL_SAVES", 12);
+  auto saver = ThreadWorld::Create(4).value();
+  auto loader = ThreadWorld::Create(3).value();
+  const DeviceMesh save_mesh = Mesh({2, 2}), load_mesh = Mesh({3});
+  SaveOptions opts;
+  opts.checksum_block_bytes = 64;
+  for (const Status& st : SaveStep(*saver, dir, save_mesh, 0, opts)) ASSERT_TRUE(st.ok()) << st;
+
+  std::atomic<bool> saving{true};
+  std::vector<Status> save_failures;
+  std::thread save_thread([&] {
+    for (int step = 1; step <= saves; ++step) {
+      for (const Status& st : SaveStep(*saver, dir, save_mesh, step, opts)) {
+        if (!st.ok()) save_failures.push_back(st);
+      }
+    }
+    saving = false;
+  });
+  int loads = 0, during = 0, torn = 0, data_loss = 0, other_errors = 0;
+  std::set<int64_t> seen;
+  std::string first_problem;
+  for (bool last = false; !last;) {
+    last = !saving;  // one more load after the saver has finished
+    const bool overlapped = !last;
+    LoadOutcome o = LoadStep(*loader, dir, load_mesh);
+    ++loads;
+    during += overlapped;
+    if (!o.status.ok()) {
+      (o.status.code() == StatusCode::kDataLoss ? data_loss : other_errors)++;
+      if (first_problem.empty()) first_problem = o.status.ToString();
+      continue;
+    }
+    bool bad = false;
+    for (size_t r = 0; r < o.steps.size(); ++r) bad = bad || o.steps[r] != o.steps[0] || !o.data_ok[r];
+    if (bad) {
+      ++torn;
+      if (first_problem.empty()) {
+        first_problem = "torn load: steps";
+        for (int64_t st : o.steps) first_problem += " " + std::to_string(st);
+      }
+    }
+    seen.insert(o.steps[0]);
+  }
+  save_thread.join();
+  std::printf("concurrent save/load trial: %d saves, %d loads (%d during saves), %zu distinct steps loaded, "
+              "%d torn, %d DATA_LOSS, %d other errors\n",
+              saves, loads, during, seen.size(), torn, data_loss, other_errors);
+  EXPECT_TRUE(save_failures.empty()) << save_failures.front();
+  EXPECT_EQ(torn, 0) << first_problem;
+  EXPECT_EQ(data_loss, 0) << first_problem;
+  EXPECT_EQ(other_errors, 0) << first_problem;
+  EXPECT_EQ(*LoadExtraState(dir), "step " + std::to_string(saves));
+}
+
+TEST(CheckpointConcurrencyTest, SecondSaverIsRefusedNamingTheHolder) {
+  const std::string dir = TestDir("second_saver");
+  auto first = ThreadWorld::Create(2).value();
+  auto second = ThreadWorld::Create(2).value();
+  const DeviceMesh mesh = Mesh({2});
+  std::vector<Status> refused;
+  int calls = 0;
+  {
+    // While the first save holds the lock, a second job saves the same directory.
+    HookGuard guard([&](std::string_view point, int rank) -> Status {
+      if (point == "save:locked" && calls++ == 0) refused = SaveStep(*second, dir, mesh, 2);
+      return Status();
+    });
+    for (const Status& st : SaveStep(*first, dir, mesh, 1)) EXPECT_TRUE(st.ok()) << st;
+  }
+  EXPECT_EQ(calls, 1);  // the refused save never got the lock
+  ExpectAllFail(refused, StatusCode::kAborted,
+                {"is being saved by another save", CheckpointLockPath(dir), "pid " + std::to_string(::getpid()),
+                 "host ", "this save wrote nothing"});
+  EXPECT_TRUE(TempDirsOf(dir).empty());
+  EXPECT_EQ(*LoadExtraState(dir), "step 1");
+  // The lock is released with the save: the next save succeeds.
+  for (const Status& st : SaveStep(*second, dir, mesh, 3)) EXPECT_TRUE(st.ok()) << st;
+  EXPECT_EQ(*LoadExtraState(dir), "step 3");
+}
+
+TEST(CheckpointConcurrencyTest, FailedSaveRemovesItsTemporaryDirectoryAndStaleOnesAreRemoved) {
+  const std::string dir = TestDir("cleanup");
+  auto world = ThreadWorld::Create(2).value();
+  const DeviceMesh mesh = Mesh({2});
+  for (const Status& st : SaveStep(*world, dir, mesh, 1)) ASSERT_TRUE(st.ok()) << st;
+  std::vector<SaveInfo> infos;
+  {
+    HookGuard guard([](std::string_view point, int rank) -> Status {
+      if (point == "save:data-written" && rank == 1) return UnavailableError("injected: disk full on rank 1");
+      return Status();
+    });
+    ExpectAllFail(SaveStep(*world, dir, mesh, 2, {}, &infos), StatusCode::kUnavailable,
+                  {"rank 1", "injected: disk full"});
+  }
+  for (const SaveInfo& i : infos) EXPECT_FALSE(i.committed);
+  EXPECT_TRUE(TempDirsOf(dir).empty());
+  EXPECT_EQ(*LoadExtraState(dir), "step 1");
+  // A crashed save leaves its temporary directory; the next save removes it (and only
+  // `<dir>.tmp-<16 hex digits>` names).
+  SaveOptions crash;
+  crash.crash_point = SaveCrashPoint::kBeforeRename;
+  for (const Status& st : SaveStep(*world, dir, mesh, 3, crash)) EXPECT_EQ(st.code(), StatusCode::kAborted) << st;
+  EXPECT_EQ(TempDirsOf(dir).size(), 1u);
+  fs::create_directories(dir + ".tmp-keep");
+  for (const Status& st : SaveStep(*world, dir, mesh, 4, {}, &infos)) EXPECT_TRUE(st.ok()) << st;
+  EXPECT_EQ(infos[0].stale_temp_dirs_removed, 1);
+  EXPECT_EQ(TempDirsOf(dir), std::vector<std::string>{dir + ".tmp-keep"});
+  EXPECT_EQ(*LoadExtraState(dir), "step 4");
+}
+
+TEST(CheckpointConcurrencyTest, SaveResultIsUnambiguousAroundTheCommit) {
+  const std::string dir = TestDir("unambiguous");
+  auto world = ThreadWorld::Create(2).value();
+  const DeviceMesh mesh = Mesh({2});
+  std::vector<SaveInfo> infos;
+  for (const Status& st : SaveStep(*world, dir, mesh, 1, {}, &infos)) ASSERT_TRUE(st.ok()) << st;
+  for (const SaveInfo& i : infos) EXPECT_TRUE(i.committed);
+  EXPECT_EQ(infos[0].warning, "");
+  // A failure after the commit point is a warning: every rank returns OK.
+  SaveOptions late;
+  late.fail_after_commit = true;
+  for (const Status& st : SaveStep(*world, dir, mesh, 2, late, &infos)) EXPECT_TRUE(st.ok()) << st;
+  for (const SaveInfo& i : infos) EXPECT_TRUE(i.committed);
+  EXPECT_NE(infos[0].warning.find("injected failure after the commit"), std::string::npos) << infos[0].warning;
+  EXPECT_EQ(*LoadExtraState(dir), "step 2");
+  // Rank 0 dies right after committing: the other ranks cannot know the outcome and say so.
+  Status run;
+  std::vector<Status> out;
+  {
+    HookGuard guard([](std::string_view point, int rank) -> Status {
+      return point == "save:committed" ? AbortedError("injected death of rank 0 after the commit") : Status();
+    });
+    out = SaveStep(*world, dir, mesh, 3, {}, nullptr, &run);
+  }
+  EXPECT_FALSE(run.ok());
+  EXPECT_NE(out[0].message().find("injected death"), std::string::npos) << out[0];
+  ASSERT_FALSE(out[1].ok());
+  EXPECT_NE(out[1].message().find("may or may not have committed"), std::string::npos) << out[1];
+  EXPECT_NE(out[1].message().find(dir), std::string::npos) << out[1];
+  EXPECT_EQ(*LoadExtraState(dir), "step 3");  // it had committed
+}
+
+// Where the commit lock does not reach (another host), a checkpoint replaced between rank 0's
+// open and the others' is detected and the load retried; a checkpoint replaced every time fails.
+TEST(CheckpointConcurrencyTest, RanksThatOpenDifferentCheckpointsRetryAndNeverMix) {
+  const std::string dir = TestDir("mismatch");
+  const std::string other = dir + "_other";
+  auto world = ThreadWorld::Create(3).value();
+  const DeviceMesh mesh = Mesh({3});
+  for (const Status& st : SaveStep(*world, dir, mesh, 1)) ASSERT_TRUE(st.ok()) << st;
+  for (const Status& st : SaveStep(*world, other, mesh, 2)) ASSERT_TRUE(st.ok()) << st;
+  auto swap = [&] {
+    fs::rename(dir, dir + "_swap");
+    fs::rename(other, dir);
+    fs::rename(dir + "_swap", other);
+  };
+  int pins = 0;
+  int swaps_left = 1;
+  HookGuard guard([&](std::string_view point, int rank) -> Status {
+    if (point != "load:pinned") return Status();
+    ++pins;
+    if (swaps_left-- > 0) swap();
+    return Status();
+  });
+  LoadOutcome o = LoadStep(*world, dir, mesh);
+  ASSERT_TRUE(o.status.ok()) << o.status;
+  EXPECT_EQ(pins, 2);
+  for (size_t r = 0; r < 3; ++r) {
+    EXPECT_EQ(o.steps[r], 2) << r;  // the second attempt pinned the checkpoint now at dir
+    EXPECT_TRUE(o.data_ok[r]) << r;
+  }
+  pins = 0;
+  swaps_left = 1 << 20;
+  std::vector<Status> statuses = LoadStatuses(dir, "w", {24, 10}, mesh);
+  EXPECT_EQ(pins, kLoadPinAttempts);
+  ExpectAllFail(statuses, StatusCode::kAborted,
+                {"opened different checkpoints in each of " + std::to_string(kLoadPinAttempts) + " attempts",
+                 "opened another checkpoint than rank 0", CheckpointCommitLockPath(dir)});
+}
+
+TEST(CheckpointConcurrencyTest, UnusableLockFileAndUnstatablePathsAreNamed) {
+  const std::string dir = TestDir("badlock");
+  auto world = ThreadWorld::Create(2).value();
+  const DeviceMesh mesh = Mesh({2});
+  fs::create_directories(CheckpointLockPath(dir));  // a directory cannot be opened for writing
+  ExpectAllFail(SaveStep(*world, dir, mesh, 1), StatusCode::kUnavailable,
+                {"cannot open the lock file", CheckpointLockPath(dir)});
+  EXPECT_FALSE(fs::exists(dir));
+  EXPECT_TRUE(TempDirsOf(dir).empty());
+  // A path under a regular file: stat fails with ENOTDIR, which is not "no checkpoint".
+  std::ofstream(dir + "_file") << "x";
+  const StatusOr<std::string> r = ResolveCheckpointDir(dir + "_file/ckpt");
+  EXPECT_EQ(r.status().code(), StatusCode::kUnavailable) << r.status();
+  EXPECT_NE(r.status().message().find("cannot stat " + dir + "_file/ckpt"), std::string::npos) << r.status();
 }
 
 }  // namespace
