@@ -37,19 +37,24 @@ struct Box {
   std::vector<int64_t> shape;   // extent per dim (>= 0)
 
   int rank() const { return static_cast<int>(shape.size()); }
+  // The product of the extents; saturates at INT64_MAX (INT64_MIN for a negative product) where
+  // it would overflow, so boxes from untrusted input (checkpoint metadata) cannot cause UB.
   int64_t NumElements() const;
+  // offset[d] + shape[d], or nullopt when that overflows int64.
+  std::optional<int64_t> End(int d) const;
   bool empty() const { return NumElements() == 0; }
   Interval dim(int d) const { return Interval{offset[d], offset[d] + shape[d]}; }
   bool Contains(std::span<const int64_t> index) const;
-  // "[0:2, 3:4]"
+  // "[0:2, 3:4]": offset:end per dim, the end computed without overflow (a crafted box may end
+  // past INT64_MAX; it prints exactly).
   std::string ToString() const;
   friend bool operator==(const Box&, const Box&) = default;
 };
 
 // The whole tensor of `shape`.
 Box FullBox(std::span<const int64_t> shape);
-// Intersection of two boxes of equal rank; an empty box (shape all zeros where disjoint,
-// offset clamped) when they do not overlap.
+// Intersection of two boxes of equal rank; an empty box (shape all zeros where disjoint, offset
+// clamped) when they do not overlap. No overflow for any offsets and extents.
 Box Intersect(const Box& a, const Box& b);
 
 }  // namespace meshflow

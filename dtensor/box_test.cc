@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
+#include <optional>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -163,6 +165,36 @@ TEST(BoxTest, IntersectMatchesElementwiseCount) {
             }
           ASSERT_EQ(x.NumElements(), count) << a.ToString() << " " << b.ToString();
         }
+}
+
+TEST(BoxTest, ExtremeValuesDoNotOverflow) {
+  // Boxes read from crafted checkpoint metadata: offset + extent past INT64_MAX was signed
+  // overflow (UB) in ToString, Contains and Intersect, and the extent product in NumElements.
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  const Box far{{kMax, 0}, {2, 3}};
+  EXPECT_EQ(far.ToString(), "[9223372036854775807:9223372036854775809, 0:3]");
+  EXPECT_EQ(far.End(0), std::nullopt);
+  EXPECT_EQ(far.End(1), std::optional<int64_t>(3));
+  EXPECT_EQ((Box{{0}, {kMax}}).End(0), std::optional<int64_t>(kMax));
+  EXPECT_TRUE(far.Contains(std::vector<int64_t>{kMax, 2}));
+  EXPECT_FALSE(far.Contains(std::vector<int64_t>{kMax - 1, 2}));
+  EXPECT_FALSE(far.Contains(std::vector<int64_t>{kMax, 3}));
+  // A negative offset with a huge extent: index - offset does not fit in int64.
+  const Box wide{{std::numeric_limits<int64_t>::min()}, {kMax}};
+  EXPECT_EQ(wide.ToString(), "[-9223372036854775808:-1]");
+  EXPECT_FALSE(wide.Contains(std::vector<int64_t>{kMax}));
+  EXPECT_TRUE(wide.Contains(std::vector<int64_t>{-2}));
+  EXPECT_FALSE(wide.Contains(std::vector<int64_t>{-1}));
+  // Intersect of boxes ending past INT64_MAX.
+  const Box a{{kMax - 1}, {kMax}};
+  const Box b{{kMax - 4}, {10}};
+  EXPECT_EQ(Intersect(a, b), (Box{{kMax - 1}, {7}}));  // [kMax-1, kMax+6)
+  EXPECT_EQ(Intersect(a, Box{{0}, {5}}), (Box{{kMax - 1}, {0}}));
+  // NumElements saturates, keeps the sign, and an empty dim still gives 0.
+  EXPECT_EQ((Box{{0, 0}, {int64_t{1} << 40, int64_t{1} << 40}}).NumElements(), kMax);
+  EXPECT_EQ((Box{{0, 0, 0}, {int64_t{1} << 40, int64_t{1} << 40, 0}}).NumElements(), 0);
+  EXPECT_EQ((Box{{0, 0}, {int64_t{1} << 40, -(int64_t{1} << 40)}}).NumElements(), std::numeric_limits<int64_t>::min());
+  EXPECT_EQ((Box{{0, 0}, {int64_t{1} << 31, int64_t{1} << 31}}).NumElements(), int64_t{1} << 62);
 }
 
 }  // namespace

@@ -4,6 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <limits>
+
 #include "meshflow/planner/search.h"
 #include "meshflow/planner/test_util.h"
 #include "meshflow/planner/transforms.h"
@@ -39,6 +42,72 @@ TEST(TopologyTest, DefaultsAndParse) {
     EXPECT_EQ(b.status().code(), StatusCode::kInvalidArgument) << bad;
   }
   EXPECT_NE(ParseTopology("foo=1").status().message().find("unknown key 'foo'"), std::string::npos);
+}
+
+TEST(TopologyTest, LimitsKeepEveryCostFinite) {
+  // bw_inter=1e-320 (a denormal) made every modelled time inf, printed as "modelled_us": null.
+  for (const char* bad : {"bw_inter=1e-320", "bw_intra=1e-7", "bw_inter=0", "bw_inter=-1"}) {
+    StatusOr<Topology> t = ParseTopology(bad);
+    EXPECT_EQ(t.status().code(), StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(t.status().message().find("must be > 0 and at least 1e-06 GB/s (1 kB/s)"), std::string::npos)
+        << t.status();
+  }
+  StatusOr<Topology> tiny = ParseTopology("bw_inter=1e-320");
+  EXPECT_NE(tiny.status().message().find("bw_inter=1e-320"), std::string::npos) << tiny.status();
+  StatusOr<Topology> slow = ParseTopology("lat_inter=1e10");
+  EXPECT_EQ(slow.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(slow.status().message().find("lat_inter=1e10 must be at most 1e+09 us"), std::string::npos)
+      << slow.status();
+  // A Topology built in code gets the same limits from Validate.
+  Topology t;
+  t.bw_inter_gbps = 1e-320;
+  EXPECT_EQ(t.Validate().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(t.Validate().message().find("topology bw_inter=1e-320 must be > 0 and finite, at least 1e-06 GB/s"),
+            std::string::npos)
+      << t.Validate();
+  t = Topology();
+  t.lat_intra_us = 2e9;
+  EXPECT_NE(t.Validate().message().find("topology lat_intra=2e+09 must be >= 0 and finite, at most"),
+            std::string::npos)
+      << t.Validate();
+  t = Topology();
+  t.intra_dims = std::vector<int>{0, -1};
+  EXPECT_NE(t.Validate().message().find("topology intra= names mesh dim -1, which is negative"), std::string::npos)
+      << t.Validate();
+  // At the limits every modelled time stays finite, even for the largest tensors.
+  StatusOr<Topology> edge = ParseTopology("intra=;bw_inter=1e-6;lat_inter=1e9");
+  ASSERT_TRUE(edge.ok()) << edge.status();
+  const DeviceMesh mesh = MakeMesh({2, 2});
+  const Layout from = MakeLayout({16777216, 16777216}, mesh, "S(0),S(1)");
+  for (const char* to : {"R,R", "S(1),S(0)", "S(1),R"}) {
+    StatusOr<Plan> plan = PlanRedistribution(from, MakeLayout({16777216, 16777216}, mesh, to), DType::kF64, *edge);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    EXPECT_TRUE(std::isfinite(plan->modelled_us)) << to;
+    EXPECT_GT(plan->modelled_us, 1e9) << to;
+  }
+  // CostUnits saturates instead of overflowing.
+  EXPECT_EQ(CostUnits(1.5), 1500000);
+  EXPECT_EQ(CostUnits(1e300), static_cast<int64_t>(4.0e18));
+  EXPECT_EQ(CostUnits(std::numeric_limits<double>::infinity()), static_cast<int64_t>(4.0e18));
+  EXPECT_EQ(CostUnits(-1), 0);
+}
+
+TEST(TopologyTest, ValidateForMesh) {
+  const Topology all;
+  EXPECT_TRUE(all.ValidateForMesh(2).ok());
+  const Topology intra7 = *ParseTopology("intra=7");
+  EXPECT_TRUE(intra7.Validate().ok());  // the mesh is not known to Validate
+  EXPECT_TRUE(intra7.ValidateForMesh(8).ok());
+  Status s = intra7.ValidateForMesh(2);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), "topology intra= names mesh dim 7 but the mesh has 2 dims (0..1)");
+  s = ParseTopology("intra=0,1")->ValidateForMesh(1);
+  EXPECT_EQ(s.message(), "topology intra= names mesh dim 1 but the mesh has 1 dim (0..0)");
+  EXPECT_TRUE(ParseTopology("intra=")->ValidateForMesh(1).ok());
+  // Validate's errors come first.
+  Topology bad;
+  bad.bw_intra_gbps = 0;
+  EXPECT_NE(bad.ValidateForMesh(2).message().find("bw_intra=0"), std::string::npos);
 }
 
 TEST(CostModelTest, Formulas) {

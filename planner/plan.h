@@ -83,7 +83,8 @@ struct Plan {
   // cost model), false when it stopped at its budget (SearchBudget, planner/search.h) and returned
   // the best plan it had, never worse than the greedy one. Greedy and direct plans: false.
   bool proven_optimal = false;
-  // Optimal planner: the number of states the search expanded; 0 for the other planners.
+  // Optimal planner: the number of edges the search generated (SearchBudget::max_edges counts
+  // these); 0 for the other planners and for from == to.
   int64_t search_edges = 0;
 };
 

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <latch>
 #include <thread>
 #include <vector>
 
@@ -86,6 +87,70 @@ TEST(PlanCacheTest, ThreadSafe) {
   EXPECT_EQ(cache.size(), 16u);
   EXPECT_EQ(cache.hits() + cache.misses(), 4 * 3 * 16);
   EXPECT_GE(cache.hits(), 4 * 3 * 16 - 4 * 16);
+}
+
+TEST(PlanCacheTest, ConcurrentMissesOfOneKeyShareOneSearch) {
+  // The ranks of an in-process world all ask for the same plan at once: one searches, the others
+  // wait for its plan. The search (6-D mesh, default budget of 20000 edges) takes about a second,
+  // far longer than the threads need to start after the latch, so every other thread finds the
+  // key in flight. misses() == 1 and one plan pointer hold however the threads interleave.
+  constexpr int kThreads = 8;
+  const DeviceMesh m = MakeMesh({2, 2, 2, 2, 2, 2});
+  const Layout from = MakeLayout({8, 8, 8}, m, "P,S(0),S(1),S(2),R,S(0)");
+  const Layout to = MakeLayout({8, 8, 8}, m, "S(2),S(1),S(0),R,P,R");
+  PlanCache cache;
+  std::latch start(kThreads);
+  std::vector<StatusOr<std::shared_ptr<const Plan>>> results(kThreads, InternalError("not run"));
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      start.arrive_and_wait();
+      results[t] = cache.GetOrPlan(from, to, DType::kF32, Topology());
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  for (int t = 0; t < kThreads; ++t) {
+    ASSERT_TRUE(results[t].ok()) << results[t].status();
+    EXPECT_EQ(results[t]->get(), results[0]->get()) << "thread " << t;
+  }
+  EXPECT_EQ(cache.misses(), 1);
+  EXPECT_EQ(cache.hits(), kThreads - 1);
+  EXPECT_EQ(cache.shared_waits(), kThreads - 1);
+  EXPECT_EQ(cache.size(), 1u);
+  EXPECT_FALSE((*results[0])->proven_optimal);  // the budget ran out; still one shared plan
+  // A later call is a plain hit, not a shared wait.
+  ASSERT_TRUE(cache.GetOrPlan(from, to, DType::kF32, Topology()).ok());
+  EXPECT_EQ(cache.hits(), kThreads);
+  EXPECT_EQ(cache.shared_waits(), kThreads - 1);
+  cache.Clear();
+  EXPECT_EQ(cache.shared_waits(), 0);
+}
+
+TEST(PlanCacheTest, BudgetIsPartOfTheKeyAndErrorsAreNotCached) {
+  PlanCache cache;
+  const DeviceMesh m = MakeMesh({2, 2});
+  const Layout a = MakeLayout({8, 8}, m, "S(0),S(1)");
+  const Layout b = MakeLayout({8, 8}, m, "S(1),S(0)");
+  ASSERT_TRUE(cache.GetOrPlan(a, b, DType::kF32, Topology()).ok());
+  ASSERT_TRUE(cache.GetOrPlan(a, b, DType::kF32, Topology(), SearchBudget{.max_edges = 0}).ok());
+  ASSERT_TRUE(cache.GetOrPlan(a, b, DType::kF32, Topology(), SearchBudget{.max_edges = 0}).ok());
+  EXPECT_EQ(cache.misses(), 2);
+  EXPECT_EQ(cache.hits(), 1);
+  EXPECT_NE(PlanCache::KeyHash(a, b, DType::kF32, Topology()),
+            PlanCache::KeyHash(a, b, DType::kF32, Topology(), SearchBudget{.max_edges = 0}));
+  EXPECT_NE(PlanCache::KeyHash(a, b, DType::kF32, Topology(), SearchBudget{.max_edges = 0}),
+            PlanCache::KeyHash(a, b, DType::kF32, Topology(), SearchBudget{.max_edges = 0, .max_ms = 5}));
+  // Each failing call plans again and returns its own error; nothing is stored.
+  for (int i = 0; i < 2; ++i) {
+    StatusOr<std::shared_ptr<const Plan>> bad = cache.GetOrPlan(a, b, DType::kF32, Topology(), SearchBudget{.max_edges = -1});
+    EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(bad.status().message().find("max_edges=-1"), std::string::npos) << bad.status();
+    StatusOr<std::shared_ptr<const Plan>> intra = cache.GetOrPlan(a, b, DType::kF32, *ParseTopology("intra=7"));
+    EXPECT_NE(intra.status().message().find("names mesh dim 7 but the mesh has 2 dims"), std::string::npos)
+        << intra.status();
+  }
+  EXPECT_EQ(cache.misses(), 2 + 4);
+  EXPECT_EQ(cache.size(), 2u);
 }
 
 }  // namespace

@@ -9,8 +9,8 @@
 //   total: 2.000 us, max bytes received per rank 64, lower bound 64, ratio 1.00
 //
 // An optimal plan whose search stopped at its budget (Plan::proven_optimal false) gets one more
-// line: "not proven optimal: the search budget ran out after 4000 expanded states; best plan
-// found (never worse than greedy)".
+// line: "not proven optimal: the search budget ran out after 20022 edges; best plan found (never
+// worse than greedy)".
 //
 // PlanToJson: one object with exactly the keys
 //   steps: [{kind, mesh_dims, tensor_dim, bytes_per_rank}], modelled_us,

@@ -320,6 +320,147 @@ TEST(SearchTest, BruteForceDfsMatchesDijkstraOnOneDMeshes) {
   }
 }
 
+// The issue #17 case: 5-6 mesh dims made the unbounded search take 20-90 s.
+struct SixDCase {
+  DeviceMesh mesh = MakeMesh({2, 2, 2, 2, 2, 2});
+  Layout from = MakeLayout({8, 8, 8}, mesh, "P,S(0),S(1),S(2),R,S(0)");
+  Layout to = MakeLayout({8, 8, 8}, mesh, "S(2),S(1),S(0),R,P,R");
+};
+
+TEST(SearchBudgetTest, SmallBudgetOnSixDimsReturnsAValidPlanNoWorseThanGreedy) {
+  const SixDCase c;
+  const Topology topo;
+  StatusOr<Plan> greedy = PlanGreedy(c.from, c.to, DType::kF32, topo);
+  ASSERT_TRUE(greedy.ok()) << greedy.status();
+  for (int64_t max_edges : {1, 500, 2000}) {
+    SCOPED_TRACE("max_edges=" + std::to_string(max_edges));
+    StatusOr<Plan> plan = PlanRedistribution(c.from, c.to, DType::kF32, topo, SearchBudget{.max_edges = max_edges});
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    EXPECT_EQ(plan->planner, "optimal");
+    EXPECT_FALSE(plan->proven_optimal);
+    // Stops before the first expansion at or past the budget: at least max_edges edges, and at
+    // most one state's edges more (a 6-D state has a few hundred).
+    EXPECT_GE(plan->search_edges, max_edges);
+    EXPECT_LT(plan->search_edges, max_edges + 5000);
+    EXPECT_LE(CostUnits(plan->modelled_us), CostUnits(greedy->modelled_us)) << PlanToText(*plan) << PlanToText(*greedy);
+    // Every step is element-exact (the executor's contract) and the steps chain to the target.
+    EXPECT_TRUE(CheckPlan(*plan).ok()) << CheckPlan(*plan);
+    EXPECT_NE(PlanToText(*plan).find("not proven optimal: the search budget ran out after " +
+                                     std::to_string(plan->search_edges) + " edges"),
+              std::string::npos)
+        << PlanToText(*plan);
+    // Without a time limit the result is deterministic.
+    StatusOr<Plan> again = PlanRedistribution(c.from, c.to, DType::kF32, topo, SearchBudget{.max_edges = max_edges});
+    ASSERT_TRUE(again.ok());
+    EXPECT_EQ(PlanToText(*again), PlanToText(*plan));
+  }
+}
+
+TEST(SearchBudgetTest, TimeLimitStopsTheSearch) {
+  const SixDCase c;
+  // 1 ns: passed as soon as the first state is expanded.
+  StatusOr<Plan> plan =
+      PlanRedistribution(c.from, c.to, DType::kF32, Topology(), SearchBudget{.max_edges = 0, .max_ms = 1e-6});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_FALSE(plan->proven_optimal);
+  EXPECT_TRUE(CheckPlan(*plan).ok()) << CheckPlan(*plan);
+}
+
+TEST(SearchBudgetTest, FallbackWithoutGreedyUsesReduceThenDirect) {
+  // A non-default shard order: the greedy reference does not apply, so a search stopped after
+  // its first state falls back on all_reduce + send_recv (+ local_partial).
+  const DeviceMesh mesh = MakeMesh({2, 2, 2});
+  const Layout from = MakeLayout({8, 8}, mesh, "P,S(0),S(0)", "0:[2,1]");
+  const Layout to = MakeLayout({8, 8}, mesh, "S(1),R,P");
+  ASSERT_FALSE(PlanGreedy(from, to, DType::kF32, Topology()).ok());
+  StatusOr<Plan> plan = PlanRedistribution(from, to, DType::kF32, Topology(), SearchBudget{.max_edges = 1});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_TRUE(CheckPlan(*plan).ok()) << CheckPlan(*plan);
+  if (!plan->proven_optimal) {
+    StatusOr<Plan> exact = PlanRedistribution(from, to, DType::kF32, Topology(), SearchBudget{.max_edges = 0});
+    ASSERT_TRUE(exact.ok());
+    EXPECT_GE(CostUnits(plan->modelled_us), CostUnits(exact->modelled_us));
+  }
+}
+
+TEST(SearchBudgetTest, UnlimitedAndDefaultBudgetsProveSmallCasesOptimal) {
+  struct Case {
+    std::vector<int64_t> mesh;
+    std::vector<int64_t> shape;
+    const char* from;
+    const char* to;
+  };
+  for (const Case& c : {Case{{2, 2}, {8, 8}, "S(0),S(1)", "S(1),S(0)"},
+                        Case{{2, 2, 2}, {8, 8, 8}, "S(0),S(1),S(2)", "S(2),S(1),S(0)"},
+                        Case{{2, 2, 2}, {8, 8, 8}, "P,S(0),R", "S(1),R,P"},
+                        Case{{4}, {7}, "P(max)", "S(0)"}}) {
+    SCOPED_TRACE(std::string(c.from) + " -> " + c.to);
+    const DeviceMesh mesh = MakeMesh(c.mesh);
+    const Layout from = MakeLayout(c.shape, mesh, c.from);
+    const Layout to = MakeLayout(c.shape, mesh, c.to);
+    StatusOr<Plan> unlimited = PlanRedistribution(from, to, DType::kF32, Topology(), SearchBudget{.max_edges = 0});
+    StatusOr<Plan> by_default = PlanRedistribution(from, to, DType::kF32, Topology());
+    ASSERT_TRUE(unlimited.ok()) << unlimited.status();
+    ASSERT_TRUE(by_default.ok()) << by_default.status();
+    EXPECT_TRUE(unlimited->proven_optimal);
+    EXPECT_TRUE(by_default->proven_optimal);
+    EXPECT_GT(unlimited->search_edges, 0);
+    EXPECT_LE(unlimited->search_edges, SearchBudget::kDefaultMaxEdges);
+    EXPECT_EQ(PlanToText(*unlimited), PlanToText(*by_default));
+  }
+  // from == to: nothing to search, proven optimal.
+  const DeviceMesh mesh = MakeMesh({2});
+  const Layout a = MakeLayout({4}, mesh, "S(0)");
+  StatusOr<Plan> empty = PlanRedistribution(a, a, DType::kF32, Topology(), SearchBudget{.max_edges = 1});
+  ASSERT_TRUE(empty.ok());
+  EXPECT_TRUE(empty->proven_optimal);
+  EXPECT_EQ(empty->search_edges, 0);
+  // Greedy and direct plans never claim optimality.
+  EXPECT_FALSE(PlanGreedy(a, MakeLayout({4}, mesh, "R"), DType::kF32, Topology())->proven_optimal);
+  EXPECT_FALSE(PlanDirect(a, MakeLayout({4}, mesh, "R"), DType::kF32, Topology())->proven_optimal);
+}
+
+TEST(SearchBudgetTest, ValidateAndToString) {
+  EXPECT_TRUE(SearchBudget().Validate().ok());
+  EXPECT_EQ(SearchBudget().max_edges, SearchBudget::kDefaultMaxEdges);
+  EXPECT_EQ(SearchBudget().ToString(), "max_edges=20000");
+  EXPECT_EQ((SearchBudget{.max_edges = 0, .max_ms = 50}).ToString(), "max_edges=0;max_ms=50");
+  EXPECT_TRUE((SearchBudget{.max_edges = 0, .max_ms = 0}).Validate().ok());
+  struct Bad {
+    SearchBudget budget;
+    const char* message;
+  };
+  for (const Bad& b : {Bad{{.max_edges = -1}, "search budget max_edges=-1 must be >= 0 (0: unlimited)"},
+                       Bad{{.max_ms = -2.5}, "search budget max_ms=-2.5 must be >= 0 and finite (0: unlimited)"},
+                       Bad{{.max_ms = std::numeric_limits<double>::quiet_NaN()}, "search budget max_ms=nan"},
+                       Bad{{.max_ms = std::numeric_limits<double>::infinity()}, "search budget max_ms=inf"}}) {
+    const Status s = b.budget.Validate();
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << b.message;
+    EXPECT_NE(s.message().find(b.message), std::string::npos) << s;
+  }
+  // The planner checks it before searching.
+  const DeviceMesh mesh = MakeMesh({2});
+  StatusOr<Plan> plan = PlanRedistribution(MakeLayout({4}, mesh, "S(0)"), MakeLayout({4}, mesh, "R"), DType::kF32,
+                                           Topology(), SearchBudget{.max_edges = -1});
+  EXPECT_EQ(plan.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(plan.status().message().find("max_edges=-1"), std::string::npos) << plan.status();
+}
+
+TEST(SearchTest, TopologyMustFitTheMesh) {
+  const DeviceMesh mesh = MakeMesh({2, 2});
+  const Layout from = MakeLayout({8, 8}, mesh, "S(0),S(1)");
+  const Layout to = MakeLayout({8, 8}, mesh, "S(1),S(0)");
+  const Topology topo = *ParseTopology("intra=7");  // parses: the mesh is not known yet
+  const std::string want = "topology intra= names mesh dim 7 but the mesh has 2 dims (0..1)";
+  for (const Status& s : {PlanRedistribution(from, to, DType::kF32, topo).status(),
+                          PlanGreedy(from, to, DType::kF32, topo).status(),
+                          PlanDirect(from, to, DType::kF32, topo).status()}) {
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(s.message().find(want), std::string::npos) << s;
+  }
+  EXPECT_TRUE(PlanRedistribution(from, to, DType::kF32, *ParseTopology("intra=1")).ok());
+}
+
 TEST(SearchTest, DirectPlan) {
   const DeviceMesh mesh = MakeMesh({2, 2});
   const Layout from = MakeLayout({8, 8}, mesh, "S(0),S(1)");

@@ -3,7 +3,8 @@
 //   bazel run //tools:dtplan -- --mesh 2x2x2 [--names dp,tp,cp] --shape 8,8,8 [--dtype f32]
 //       --from 'S(0),S(1),S(2)' --to 'S(2),S(1),S(0)' [--from-order '0:[1,0]'] [--to-order ...]
 //       [--topology 'intra=1,2;bw_intra=150;bw_inter=25;lat_intra=2;lat_inter=10']
-//       [--planner optimal|greedy|direct] [--show] [--json] [--execute] [--dump]
+//       [--planner optimal|greedy|direct] [--max-edges N] [--max-search-ms MS] [--max-memory-mib M]
+//       [--show] [--json] [--execute] [--dump]
 //
 // Text output: one line per step, totals, lower bound and ratio; --show draws source and target
 // layouts. --json prints one JSON object (see planner/plan_format.h). --execute runs the plan on
@@ -11,8 +12,9 @@
 // `verified` and `measured_max_bytes_received_per_rank`; --dump adds every rank's offset, local
 // shape and data. Exit code 2 with a message on bad input, 1 when verification fails; --help (-h)
 // prints every flag and exits 0. --max-edges / --max-search-ms bound the optimal search (the plan
-// then says "not proven optimal"; JSON "proven_optimal": false). Before planning and before
-// executing, dtplan estimates the memory it will need (EstimateBytes below) and exits 2 with
+// then says "not proven optimal"; JSON "proven_optimal": false). Before building the mesh (rank
+// set), before planning and before executing, dtplan estimates the memory it will need
+// (kPlanningBytesPerRank, EstimateBytes below) and exits 2 with
 // RESOURCE_EXHAUSTED naming the bytes when that exceeds --max-memory-mib (default 8192).
 #include <algorithm>
 #include <charconv>
@@ -40,7 +42,8 @@ namespace {
 constexpr const char* kUsage =
     "usage: dtplan --mesh 2x2 [--names dp,tp] --shape 8,8 [--dtype f32] --from 'S(0),S(1)' --to 'S(1),S(0)'\n"
     "              [--from-order '0:[1,0]'] [--to-order ...] [--topology 'intra=0;bw_intra=150;...']\n"
-    "              [--planner optimal|greedy|direct] [--show] [--json] [--execute] [--dump]\n"
+    "              [--planner optimal|greedy|direct] [--max-edges N] [--max-search-ms MS]\n"
+    "              [--max-memory-mib M] [--show] [--json] [--execute] [--dump]\n"
     "\n"
     "Plans the redistribution of a tensor between two layouts on a device mesh, prints the plan and\n"
     "optionally executes and verifies it on in-process ranks.\n"
@@ -149,10 +152,11 @@ StatusOr<Args> ParseArgs(int argc, char** argv) {
 }
 
 constexpr int64_t kDefaultMaxMemoryMiB = 8192;
-// Per rank: the planner's per-rank bookkeeping (bytes received per rank, per step and in total,
-// lower bound) is a few int64 per rank; --execute adds a thread, its communicator state and the
-// per-rank buffers.
-constexpr int64_t kPlanningBytesPerRank = 64;
+// Per rank: the mesh's rank list, the layouts' and the planner's per-rank bookkeeping (bytes
+// received per rank, per step and in total, lower bound); measured peak 245 bytes per rank
+// (`/usr/bin/time -f %M dtplan --mesh 4194304 --shape 8 --from 'S(0)' --to R`: 1002884 KB).
+// --execute adds a thread, its communicator state and the per-rank buffers.
+constexpr int64_t kPlanningBytesPerRank = 256;
 constexpr int64_t kExecuteBytesPerRank = 256 * 1024;
 
 // An upper bound of the bytes dtplan holds at its peak, computed from shapes only (O(mesh dims x
@@ -252,6 +256,21 @@ int Run(int argc, char** argv) {
   if (!mesh_shape.ok()) return fail(mesh_shape.status());
   std::vector<std::string> names;
   if (a.values.count("names")) names = Split(a.values["names"], ',');
+  // The rank set and the planning bookkeeping grow with the rank count: check them before the
+  // mesh materializes its rank list (2^30 ranks needed ~40 GB and was killed). Shapes over
+  // DeviceMesh's own limit get its "is too large" error below.
+  long double ranks = 1;
+  for (int64_t s : *mesh_shape) ranks *= static_cast<long double>(std::max<int64_t>(s, 0));
+  int64_t max_memory_mib = kDefaultMaxMemoryMiB;
+  if (a.values.count("max-memory-mib")) {
+    auto m = ParseInt64Flag(a.values["max-memory-mib"], "--max-memory-mib");
+    if (!m.ok()) return fail(m.status());
+    if (*m < 1) return fail(InvalidArgumentError("--max-memory-mib " + std::to_string(*m) + " must be >= 1"));
+    max_memory_mib = *m;
+  }
+  if (ranks <= static_cast<long double>(int64_t{1} << 30)) {
+    if (Status s = CheckMemory(ranks * kPlanningBytesPerRank, max_memory_mib, false); !s.ok()) return fail(s);
+  }
   auto mesh = DeviceMesh::Create(*mesh_shape, names);
   if (!mesh.ok()) return fail(mesh.status());
   auto shape = ParseIntList(a.values["shape"], ',', "shape");
@@ -293,13 +312,6 @@ int Run(int argc, char** argv) {
     options.budget.max_ms = *ms;
   }
   if (Status s = options.budget.Validate(); !s.ok()) return fail(s);
-  int64_t max_memory_mib = kDefaultMaxMemoryMiB;
-  if (a.values.count("max-memory-mib")) {
-    auto m = ParseInt64Flag(a.values["max-memory-mib"], "--max-memory-mib");
-    if (!m.ok()) return fail(m.status());
-    if (*m < 1) return fail(InvalidArgumentError("--max-memory-mib " + std::to_string(*m) + " must be >= 1"));
-    max_memory_mib = *m;
-  }
   // Checked before anything is allocated: the plan's bookkeeping, then (the plan known) the run.
   if (Status s = CheckMemory(EstimateBytes(*from, *to, *dtype, nullptr, a.execute), max_memory_mib, a.execute);
       !s.ok()) {

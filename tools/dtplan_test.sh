@@ -93,4 +93,57 @@ bad_input "--to unknown reduce op" "--to: bad placement 'P(prod)': unknown reduc
   $base --from R --to 'P(prod)'
 bad_input "missing --to" "missing --to; see 'dtplan --help'" $base --from R
 
+# Search budget (issue #17): a 6-D case stops at --max-edges with the best plan found, which still
+# executes and verifies; small cases are proven optimal.
+out=$("$DTPLAN" --mesh 2x2x2x2x2x2 --shape 8,8,8 --from 'P,S(0),S(1),S(2),R,S(0)' --to 'S(2),S(1),S(0),R,P,R' \
+  --max-edges 2000 --json --execute); rc=$?
+check "6-D case with --max-edges 2000 exits 0 (got $rc)" $rc
+echo "$out" | grep -q '"proven_optimal":false'; check "6-D budgeted plan is not proven optimal" $?
+echo "$out" | grep -q '"verified":true'; check "6-D budgeted plan executes and verifies" $?
+echo "$out" | grep -q '"search_edges":[1-9]'; check "6-D budgeted plan reports search_edges" $?
+out=$("$DTPLAN" --mesh 2x2x2x2x2x2 --shape 8,8,8 --from 'P,S(0),S(1),S(2),R,S(0)' --to 'S(2),S(1),S(0),R,P,R' \
+  --max-edges 500)
+echo "$out" | grep -q "not proven optimal: the search budget ran out after"; check "text says not proven optimal" $?
+out=$("$DTPLAN" --mesh 2x2 --shape 8,8 --from 'S(0),S(1)' --to 'S(1),S(0)' --max-edges=0 --json)
+echo "$out" | grep -q '"proven_optimal":true'; check "unlimited budget proves a 2-D case optimal" $?
+out=$("$DTPLAN" --mesh 2x2 --shape 8,8 --from 'S(0),S(1)' --to 'S(1),S(0)' --json)
+echo "$out" | grep -q '"proven_optimal":true'; check "default budget proves a 2-D case optimal" $?
+out=$("$DTPLAN" --mesh 2x2 --shape 8,8 --from 'S(0),S(1)' --to 'S(1),S(0)' --max-search-ms 60000 --json)
+echo "$out" | grep -q '"proven_optimal":true'; check "--max-search-ms accepted" $?
+out=$("$DTPLAN" --help)
+for flag in --max-edges --max-search-ms --max-memory-mib; do
+  echo "$out" | grep -q -- "$flag"; check "--help lists $flag" $?
+done
+
+bad_input "--max-edges -1" "search budget max_edges=-1 must be >= 0 (0: unlimited)" $base --from R --to R --max-edges -1
+bad_input "--max-edges abc" "--max-edges: 'abc' is not an integer" $base --from R --to R --max-edges abc
+bad_input "--max-search-ms nan" "search budget max_ms=nan must be >= 0 and finite" $base --from R --to R --max-search-ms nan
+bad_input "--max-search-ms -5" "search budget max_ms=-5 must be >= 0 and finite" $base --from R --to R --max-search-ms=-5
+bad_input "--max-memory-mib 0" "--max-memory-mib 0 must be >= 1" $base --from R --to R --max-memory-mib 0
+
+# Topology checked against the mesh; limits that keep every modelled time finite.
+bad_input "--topology intra=7 on a 2-D mesh" \
+  "--topology: topology intra= names mesh dim 7 but the mesh has 2 dims (0..1)" \
+  --mesh 2x2 --shape 8,8 --from 'S(0),S(1)' --to 'S(1),S(0)' --topology intra=7
+bad_input "--topology bw_inter=1e-320" "bw_inter=1e-320 must be > 0 and at least 1e-06 GB/s (1 kB/s)" \
+  --mesh 2x2 --shape 8,8 --from 'S(0),S(1)' --to 'S(1),S(0)' --topology 'intra=0;bw_inter=1e-320'
+bad_input "--topology lat_inter=1e10" "lat_inter=1e10 must be at most 1e+09 us" \
+  --mesh 2x2 --shape 8,8 --from 'S(0),S(1)' --to 'S(1),S(0)' --topology 'lat_inter=1e10'
+out=$("$DTPLAN" --mesh 2x2 --shape 8,8 --from 'S(0),S(1)' --to 'R,R' --topology 'intra=;bw_inter=1e-6;lat_inter=1e9' --json)
+check "slowest valid topology exits 0" $?
+echo "$out" | grep -q '"modelled_us":null'; check "slowest valid topology has a finite modelled_us" $((1 - $?))
+
+# Memory estimated before allocating (issue #17: these died of bad_alloc / were killed).
+bad_input "--execute 65536x65536" \
+  "RESOURCE_EXHAUSTED: --execute needs about 103080264704 bytes (98305 MiB), more than the limit of 8192 MiB (--max-memory-mib)" \
+  --mesh 2x2 --shape 65536,65536 --from 'S(0),S(1)' --to 'S(1),S(0)' --execute
+bad_input "--execute 2^48 elements" "RESOURCE_EXHAUSTED: --execute needs about 6755399442105344 bytes (6442450945 MiB)" \
+  --mesh 2x2 --shape 16777216,16777216 --from 'S(0),S(1)' --to 'S(1),S(0)' --execute
+bad_input "--mesh 1073741824" "RESOURCE_EXHAUSTED: planning needs about 274877906944 bytes (262144 MiB)" \
+  --mesh 1073741824 --shape 8 --from 'S(0)' --to R
+bad_input "--max-memory-mib 1 --execute" "more than the limit of 1 MiB (--max-memory-mib)" \
+  --mesh 2x2 --shape 512,512 --from 'S(0),S(1)' --to 'S(1),S(0)' --execute --max-memory-mib 1
+out=$("$DTPLAN" --mesh 2x2 --shape 16777216,16777216 --from 'S(0),S(1)' --to 'S(1),S(0)' --json)
+check "planning (no --execute) a 2^48-element shape exits 0" $?
+
 [ $fails = 0 ]
