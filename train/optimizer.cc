@@ -1,0 +1,548 @@
+#include "meshflow/train/optimizer.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <numbers>
+#include <set>
+#include <string>
+#include <type_traits>
+#include <utility>
+
+#include "meshflow/collectives/dtensor_api.h"
+#include "meshflow/dtensor/dtype.h"
+#include "meshflow/dtensor/placement.h"
+
+namespace meshflow {
+
+namespace {
+
+std::string Num(double v) {
+  // Shortest round-trip text of a double ("0.001", "nan", "inf", "-1").
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  char buf[64];
+  for (int prec = 1; prec <= 17; ++prec) {
+    std::snprintf(buf, sizeof(buf), "%.*g", prec, v);
+    if (std::strtod(buf, nullptr) == v) break;
+  }
+  return buf;
+}
+
+std::string ShapeString(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? "," : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+Status CheckNonNegative(const char* what, double v) {
+  if (!std::isfinite(v) || v < 0) {
+    return InvalidArgumentError(std::string(what) + " " + Num(v) + " must be finite and >= 0");
+  }
+  return Status::Ok();
+}
+
+Status CheckBeta(const char* what, double v) {
+  if (!(v >= 0 && v < 1)) return InvalidArgumentError(std::string(what) + " " + Num(v) + " must be in [0, 1)");
+  return Status::Ok();
+}
+
+double LrOf(const OptimizerOptions& o) {
+  return std::visit([](const auto& x) { return x.lr; }, o);
+}
+
+// The dtype the update computes in: f64 for f64 params, f32 otherwise (bf16 params get an f32
+// master).
+DType ComputeDTypeFor(DType param) { return param == DType::kF64 ? DType::kF64 : DType::kF32; }
+
+// `t` converted to `to` (a copy; bf16 rounds to nearest even).
+Tensor Convert(const Tensor& t, DType to) {
+  if (t.dtype() == to) return t;
+  Tensor out = Tensor::Uninitialized(to, t.shape());
+  VisitDType(t.dtype(), [&](auto src_tag) {
+    using S = decltype(src_tag);
+    VisitDType(to, [&](auto dst_tag) {
+      using D = decltype(dst_tag);
+      std::span<const S> src = t.data<S>();
+      std::span<D> dst = out.data<D>();
+      for (size_t i = 0; i < src.size(); ++i) {
+        if constexpr (std::is_same_v<S, BFloat16>) {
+          dst[i] = static_cast<D>(static_cast<float>(src[i]));
+        } else if constexpr (std::is_same_v<D, BFloat16>) {
+          dst[i] = BFloat16(static_cast<float>(src[i]));
+        } else {
+          dst[i] = static_cast<D>(src[i]);
+        }
+      }
+    });
+  });
+  return out;
+}
+
+StatusOr<DTensor> ConvertDTensor(const DTensor& x, DType to) {
+  if (x.dtype() == to) return x;
+  return DTensor::FromLocal(Convert(x.local(), to), x.layout(), x.rank());
+}
+
+// Placements with every Partial replaced by Replicate.
+Placements WithoutPartial(const Placements& ps) {
+  Placements out = ps;
+  for (Placement& p : out) {
+    if (IsPartial(p)) p = Replicate{};
+  }
+  return out;
+}
+
+// Sum of squares (in double) of the elements this rank owns of a DTensor without Partial
+// placements: all of its local elements when it sits at coordinate 0 of every Replicate mesh dim,
+// none otherwise (Shard boxes are disjoint, so every global element is owned exactly once).
+StatusOr<double> OwnedSumOfSquares(const DTensor& x) {
+  const Layout& layout = x.layout();
+  MF_ASSIGN_OR_RETURN(std::vector<int64_t> coord, layout.mesh().Coordinate(x.rank()));
+  for (int d = 0; d < layout.mesh().ndim(); ++d) {
+    if (IsReplicate(layout.placement(d)) && coord[static_cast<size_t>(d)] != 0) return 0.0;
+  }
+  double sum = 0;
+  VisitDType(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (std::is_same_v<T, BFloat16>) {
+      for (BFloat16 v : x.local().data<BFloat16>()) {
+        const double d = static_cast<double>(static_cast<float>(v));
+        sum += d * d;
+      }
+    } else if constexpr (std::is_floating_point_v<T>) {
+      for (T v : x.local().data<T>()) {
+        const double d = static_cast<double>(v);
+        sum += d * d;
+      }
+    }
+  });
+  return sum;
+}
+
+// Sum over the mesh of one double per rank, the same bits on every rank (Partial(sum) scalar,
+// gathered by FullTensor: a rank-order reduction).
+StatusOr<double> MeshSum(double mine, MeshComms& comms) {
+  const DeviceMesh& mesh = comms.mesh();
+  Placements partial(static_cast<size_t>(mesh.ndim()), Partial{ReduceOp::kSum});
+  MF_ASSIGN_OR_RETURN(Layout layout, Layout::Create({1}, mesh, std::move(partial)));
+  MF_ASSIGN_OR_RETURN(Tensor local, Tensor::FromVector<double>({1}, {mine}));
+  MF_ASSIGN_OR_RETURN(DTensor scalar, DTensor::FromLocal(std::move(local), layout, comms.world_rank()));
+  MF_ASSIGN_OR_RETURN(Tensor full, FullTensor(scalar, comms));
+  return full.data<double>()[0];
+}
+
+Status CheckGradForNorm(const DTensor* g, size_t i, const DeviceMesh& mesh) {
+  if (g == nullptr) return InvalidArgumentError("ClipGradNorm: gradient " + std::to_string(i) + " is null");
+  if (!IsFloatDType(g->dtype())) {
+    return InvalidArgumentError("ClipGradNorm: gradient " + std::to_string(i) + " has dtype " +
+                                std::string(DTypeName(g->dtype())) + "; gradients must be f32, f64 or bf16");
+  }
+  if (!(g->layout().mesh() == mesh)) {
+    return InvalidArgumentError("ClipGradNorm: gradient " + std::to_string(i) + " is on mesh " +
+                                g->layout().mesh().ToString() + " but the communicators are for mesh " +
+                                mesh.ToString());
+  }
+  return Status::Ok();
+}
+
+// Norm of gradients already checked by CheckGradForNorm.
+StatusOr<double> NormOf(std::span<const DTensor* const> grads, MeshComms& comms) {
+  double mine = 0;
+  for (const DTensor* g : grads) {
+    if (g->layout().HasPartial()) {
+      MF_ASSIGN_OR_RETURN(Layout reduced, g->layout().WithPlacements(WithoutPartial(g->layout().placements()),
+                                                                     g->layout().shard_order()));
+      MF_ASSIGN_OR_RETURN(DTensor r, Redistribute(*g, reduced, comms));
+      MF_ASSIGN_OR_RETURN(double s, OwnedSumOfSquares(r));
+      mine += s;
+    } else {
+      MF_ASSIGN_OR_RETURN(double s, OwnedSumOfSquares(*g));
+      mine += s;
+    }
+  }
+  MF_ASSIGN_OR_RETURN(double total, MeshSum(mine, comms));
+  return std::sqrt(total);
+}
+
+void ScaleLocal(Tensor& t, double coef) {
+  VisitDType(t.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (std::is_same_v<T, BFloat16>) {
+      const float c = static_cast<float>(coef);
+      for (BFloat16& v : t.data<BFloat16>()) v = BFloat16(static_cast<float>(v) * c);
+    } else if constexpr (std::is_floating_point_v<T>) {
+      const T c = static_cast<T>(coef);
+      for (T& v : t.data<T>()) v *= c;
+    }
+  });
+}
+
+// clip_grad_norm_'s coefficient: max_norm / (total + 1e-6), applied when < 1.
+void ApplyClip(std::span<DTensor* const> grads, double total, double max_norm) {
+  const double coef = max_norm / (total + 1e-6);
+  if (!(coef < 1)) return;
+  for (DTensor* g : grads) ScaleLocal(g->mutable_local(), coef);
+}
+
+Status CheckMaxNorm(double max_norm) {
+  if (std::isnan(max_norm) || max_norm < 0) {
+    return InvalidArgumentError("max_norm " + Num(max_norm) + " must be >= 0");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status ValidateOptions(const OptimizerOptions& options) {
+  return std::visit(
+      [](const auto& o) -> Status {
+        using O = std::decay_t<decltype(o)>;
+        MF_RETURN_IF_ERROR(CheckNonNegative("lr", o.lr));
+        MF_RETURN_IF_ERROR(CheckNonNegative("weight_decay", o.weight_decay));
+        if constexpr (std::is_same_v<O, SgdOptions>) {
+          MF_RETURN_IF_ERROR(CheckNonNegative("momentum", o.momentum));
+          if (!std::isfinite(o.dampening)) {
+            return InvalidArgumentError("dampening " + Num(o.dampening) + " must be finite");
+          }
+          if (o.momentum_kind == MomentumKind::kNesterov && (o.momentum <= 0 || o.dampening != 0)) {
+            return InvalidArgumentError("nesterov momentum requires momentum > 0 and dampening 0, got momentum " +
+                                        Num(o.momentum) + " and dampening " + Num(o.dampening));
+          }
+        } else {
+          MF_RETURN_IF_ERROR(CheckBeta("beta1", o.beta1));
+          MF_RETURN_IF_ERROR(CheckBeta("beta2", o.beta2));
+          if (!(std::isfinite(o.eps) && o.eps > 0)) {
+            return InvalidArgumentError("eps " + Num(o.eps) + " must be finite and > 0");
+          }
+        }
+        return Status::Ok();
+      },
+      options);
+}
+
+struct Optimizer::Slot {
+  explicit Slot(Layout layout) : state_layout(std::move(layout)) {}
+  std::string name;
+  DTensor* param = nullptr;
+  Layout state_layout;
+  DType compute = DType::kF32;
+  std::optional<DTensor> master;  // bf16 params only
+  // AdamW: exp_avg, exp_avg_sq; SGD with momentum: momentum_buffer; SGD without: none.
+  std::vector<std::pair<std::string, DTensor>> moments;
+  int64_t steps = 0;
+};
+
+Optimizer::Optimizer(OptimizerOptions options, std::vector<Slot> slots)
+    : options_(std::move(options)), slots_(std::move(slots)) {}
+Optimizer::~Optimizer() = default;
+
+StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(std::vector<ParamSpec> params, OptimizerOptions options,
+                                                       MeshComms& comms) {
+  MF_RETURN_IF_ERROR(ValidateOptions(options));
+  // Every check first, then the (collective) creation of the state.
+  std::set<std::string> names;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const ParamSpec& p = params[i];
+    const std::string who = "param " + std::to_string(i) + " ('" + p.name + "')";
+    if (p.param == nullptr) return InvalidArgumentError(who + " is null");
+    if (!names.insert(p.name).second) return InvalidArgumentError("duplicate param name '" + p.name + "'");
+    if (!IsFloatDType(p.param->dtype())) {
+      return InvalidArgumentError(who + " has dtype " + std::string(DTypeName(p.param->dtype())) +
+                                  "; optimizers update f32, f64 or bf16 params");
+    }
+    const Layout& pl = p.param->layout();
+    if (!(pl.mesh() == comms.mesh())) {
+      return InvalidArgumentError(who + " is on mesh " + pl.mesh().ToString() +
+                                  " but the communicators are for mesh " + comms.mesh().ToString());
+    }
+    if (pl.HasPartial()) {
+      return InvalidArgumentError(who + " has the Partial layout " + pl.PlacementsString() +
+                                  "; params must be Shard or Replicate");
+    }
+    if (p.state_layout.has_value()) {
+      const Layout& sl = *p.state_layout;
+      if (sl.global_shape() != pl.global_shape()) {
+        return InvalidArgumentError("state layout of " + who + " has shape " + ShapeString(sl.global_shape()) +
+                                    " but the param has shape " + ShapeString(pl.global_shape()));
+      }
+      if (!(sl.mesh() == pl.mesh())) {
+        return InvalidArgumentError("state layout of " + who + " is on mesh " + sl.mesh().ToString() +
+                                    " but the param is on mesh " + pl.mesh().ToString());
+      }
+      if (sl.HasPartial()) {
+        return InvalidArgumentError("state layout " + sl.PlacementsString() + " of " + who +
+                                    " has a Partial placement; optimizer state must be Shard or Replicate");
+      }
+    }
+  }
+  std::vector<Slot> slots;
+  slots.reserve(params.size());
+  for (ParamSpec& p : params) {
+    Slot s(p.state_layout.has_value() ? std::move(*p.state_layout) : p.param->layout());
+    s.name = p.name;
+    s.param = p.param;
+    s.compute = ComputeDTypeFor(p.param->dtype());
+    if (p.param->dtype() != s.compute) {
+      MF_ASSIGN_OR_RETURN(DTensor converted, ConvertDTensor(*p.param, s.compute));
+      if (converted.layout() == s.state_layout) {
+        s.master = std::move(converted);
+      } else {
+        MF_ASSIGN_OR_RETURN(DTensor m, Redistribute(converted, s.state_layout, comms));
+        s.master = std::move(m);
+      }
+    }
+    MF_ASSIGN_OR_RETURN(Box box, s.state_layout.LocalBox(comms.world_rank()));
+    auto zeros = [&]() -> StatusOr<DTensor> {
+      return DTensor::FromLocal(Tensor::Zeros(s.compute, box.shape), s.state_layout, comms.world_rank());
+    };
+    if (std::holds_alternative<AdamWOptions>(options)) {
+      MF_ASSIGN_OR_RETURN(DTensor m, zeros());
+      MF_ASSIGN_OR_RETURN(DTensor v, zeros());
+      s.moments.emplace_back("exp_avg", std::move(m));
+      s.moments.emplace_back("exp_avg_sq", std::move(v));
+    } else if (std::get<SgdOptions>(options).momentum != 0) {
+      MF_ASSIGN_OR_RETURN(DTensor b, zeros());
+      s.moments.emplace_back("momentum_buffer", std::move(b));
+    }
+    slots.push_back(std::move(s));
+  }
+  return std::unique_ptr<Optimizer>(new Optimizer(std::move(options), std::move(slots)));
+}
+
+StatusOr<std::unique_ptr<Optimizer>> Sgd::Create(std::vector<ParamSpec> params, SgdOptions options,
+                                                 MeshComms& comms) {
+  return Optimizer::Create(std::move(params), OptimizerOptions(options), comms);
+}
+
+StatusOr<std::unique_ptr<Optimizer>> AdamW::Create(std::vector<ParamSpec> params, AdamWOptions options,
+                                                   MeshComms& comms) {
+  return Optimizer::Create(std::move(params), OptimizerOptions(options), comms);
+}
+
+Status Optimizer::set_lr(double lr) {
+  MF_RETURN_IF_ERROR(CheckNonNegative("lr", lr));
+  std::visit([lr](auto& o) { o.lr = lr; }, options_);
+  return Status::Ok();
+}
+
+double Optimizer::lr() const { return LrOf(options_); }
+int Optimizer::num_params() const { return static_cast<int>(slots_.size()); }
+int64_t Optimizer::param_step(int i) const { return slots_[static_cast<size_t>(i)].steps; }
+const std::string& Optimizer::param_name(int i) const { return slots_[static_cast<size_t>(i)].name; }
+const Layout& Optimizer::state_layout(int i) const { return slots_[static_cast<size_t>(i)].state_layout; }
+DType Optimizer::compute_dtype(int i) const { return slots_[static_cast<size_t>(i)].compute; }
+
+OptimizerBytes Optimizer::BytesPerRank() const {
+  OptimizerBytes b;
+  for (const Slot& s : slots_) {
+    b.params += s.param->local().NumBytes();
+    // The gradient after redistribution: the state layout's box in the compute dtype.
+    const Box box = s.state_layout.LocalBox(s.param->rank()).value();  // the rank is in the mesh (Create)
+    b.grads += box.NumElements() * DTypeSize(s.compute);
+    if (s.master.has_value()) b.optimizer += s.master->local().NumBytes();
+    for (const auto& m : s.moments) b.optimizer += m.second.local().NumBytes();
+  }
+  return b;
+}
+
+std::vector<StateTensor> Optimizer::StateTensors() {
+  std::vector<StateTensor> out;
+  for (Slot& s : slots_) {
+    for (auto& m : s.moments) out.push_back({s.name + "." + m.first, &m.second});
+    if (s.master.has_value()) out.push_back({s.name + ".master", &*s.master});
+  }
+  return out;
+}
+
+namespace {
+
+// The elementwise updates on local shards of one box. T = float or double.
+template <typename T>
+void SgdUpdate(const SgdOptions& o, int64_t t, std::span<T> p, std::span<const T> g, std::span<T> buf) {
+  const T lr = static_cast<T>(o.lr), wd = static_cast<T>(o.weight_decay), mu = static_cast<T>(o.momentum);
+  const T damp = static_cast<T>(1 - o.dampening);
+  const bool nesterov = o.momentum_kind == MomentumKind::kNesterov;
+  for (size_t i = 0; i < p.size(); ++i) {
+    T d = g[i];
+    if (o.weight_decay != 0) d = d + wd * p[i];
+    if (o.momentum != 0) {
+      buf[i] = t == 1 ? d : mu * buf[i] + damp * d;
+      d = nesterov ? d + mu * buf[i] : buf[i];
+    }
+    p[i] = p[i] - lr * d;
+  }
+}
+
+template <typename T>
+void AdamWUpdate(const AdamWOptions& o, int64_t t, std::span<T> p, std::span<const T> g, std::span<T> m,
+                 std::span<T> v) {
+  const double bc1 = 1 - std::pow(o.beta1, static_cast<double>(t));
+  const double bc2 = 1 - std::pow(o.beta2, static_cast<double>(t));
+  const T decay = static_cast<T>(1 - o.lr * o.weight_decay);
+  const T b1 = static_cast<T>(o.beta1), one_b1 = static_cast<T>(1 - o.beta1);
+  const T b2 = static_cast<T>(o.beta2), one_b2 = static_cast<T>(1 - o.beta2);
+  const T step_size = static_cast<T>(o.lr / bc1);
+  const T bc2_sqrt = static_cast<T>(std::sqrt(bc2));
+  const T eps = static_cast<T>(o.eps);
+  for (size_t i = 0; i < p.size(); ++i) {
+    p[i] = p[i] * decay;
+    m[i] = b1 * m[i] + one_b1 * g[i];
+    v[i] = b2 * v[i] + one_b2 * g[i] * g[i];
+    const T denom = std::sqrt(v[i]) / bc2_sqrt + eps;
+    p[i] = p[i] - step_size * (m[i] / denom);
+  }
+}
+
+}  // namespace
+
+Status Optimizer::UpdateSlot(Slot& slot, DTensor& grad, MeshComms& comms) {
+  ++slot.steps;
+  // The working copy of the weights in the state layout: the master, the param itself (same
+  // layout, same dtype), or the param redistributed to the state layout.
+  DTensor* work = nullptr;
+  std::optional<DTensor> temp;
+  if (slot.master.has_value()) {
+    work = &*slot.master;
+  } else if (slot.param->layout() == slot.state_layout) {
+    work = slot.param;
+  } else {
+    MF_ASSIGN_OR_RETURN(DTensor w, Redistribute(*slot.param, slot.state_layout, comms));
+    temp = std::move(w);
+    work = &*temp;
+  }
+  if (work->local().shape() != grad.local().shape()) {
+    return InternalError("optimizer: param '" + slot.name + "' local shard " + ShapeString(work->local().shape()) +
+                         " != gradient shard " + ShapeString(grad.local().shape()));
+  }
+  const int64_t t = slot.steps;
+  VisitDType(slot.compute, [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+      std::span<T> p = work->mutable_local().data<T>();
+      std::span<const T> g = std::as_const(grad).local().data<T>();
+      if (const auto* sgd = std::get_if<SgdOptions>(&options_)) {
+        std::span<T> buf = slot.moments.empty() ? std::span<T>() : slot.moments[0].second.mutable_local().data<T>();
+        SgdUpdate<T>(*sgd, t, p, g, buf);
+      } else {
+        AdamWUpdate<T>(std::get<AdamWOptions>(options_), t, p, g, slot.moments[0].second.mutable_local().data<T>(),
+                       slot.moments[1].second.mutable_local().data<T>());
+      }
+    }
+  });
+  if (work == slot.param) return Status::Ok();
+  // Write back: the weights in the param dtype (converted on the state shard, so that an
+  // all-gather moves bf16), redistributed to the param layout.
+  MF_ASSIGN_OR_RETURN(DTensor src, ConvertDTensor(*work, slot.param->dtype()));
+  if (src.layout() == slot.param->layout()) {
+    *slot.param = std::move(src);
+    return Status::Ok();
+  }
+  MF_ASSIGN_OR_RETURN(DTensor back, Redistribute(src, slot.param->layout(), comms));
+  *slot.param = std::move(back);
+  return Status::Ok();
+}
+
+Status Optimizer::Step(std::span<const DTensor* const> grads, MeshComms& comms, const StepOptions& step_options) {
+  // 1. Validate everything before any communication or update.
+  if (grads.size() != slots_.size()) {
+    return InvalidArgumentError("Step: " + std::to_string(grads.size()) + " gradients for " +
+                                std::to_string(slots_.size()) + " params");
+  }
+  if (step_options.max_grad_norm.has_value()) MF_RETURN_IF_ERROR(CheckMaxNorm(*step_options.max_grad_norm));
+  for (size_t i = 0; i < grads.size(); ++i) {
+    const DTensor* g = grads[i];
+    if (g == nullptr) continue;
+    const Slot& s = slots_[i];
+    const std::string who = "Step: gradient " + std::to_string(i) + " (param '" + s.name + "')";
+    if (!IsFloatDType(g->dtype())) {
+      return InvalidArgumentError(who + " has dtype " + std::string(DTypeName(g->dtype())) +
+                                  "; gradients must be f32, f64 or bf16");
+    }
+    if (g->global_shape() != s.param->global_shape()) {
+      return InvalidArgumentError(who + " has shape " + ShapeString(g->global_shape()) + " but the param has shape " +
+                                  ShapeString(s.param->global_shape()));
+    }
+    if (!(g->layout().mesh() == s.param->layout().mesh())) {
+      return InvalidArgumentError(who + " is on mesh " + g->layout().mesh().ToString() +
+                                  " but the param is on mesh " + s.param->layout().mesh().ToString());
+    }
+  }
+  // 2. Gradients in the compute dtype, redistributed to the state layouts (nothing updated yet).
+  std::vector<std::optional<DTensor>> reduced(grads.size());
+  for (size_t i = 0; i < grads.size(); ++i) {
+    if (grads[i] == nullptr) continue;
+    MF_ASSIGN_OR_RETURN(DTensor g, ConvertDTensor(*grads[i], slots_[i].compute));
+    if (g.layout() == slots_[i].state_layout) {
+      reduced[i] = std::move(g);
+    } else {
+      MF_ASSIGN_OR_RETURN(DTensor r, Redistribute(g, slots_[i].state_layout, comms));
+      reduced[i] = std::move(r);
+    }
+  }
+  // 3. Optional clipping by the exact global norm.
+  std::optional<double> norm;
+  if (step_options.max_grad_norm.has_value()) {
+    std::vector<const DTensor*> present;
+    std::vector<DTensor*> mutable_present;
+    for (auto& r : reduced) {
+      if (r.has_value()) {
+        present.push_back(&*r);
+        mutable_present.push_back(&*r);
+      }
+    }
+    MF_ASSIGN_OR_RETURN(double total, NormOf(present, comms));
+    ApplyClip(mutable_present, total, *step_options.max_grad_norm);
+    norm = total;
+  }
+  // 4-5. Update and write back.
+  for (size_t i = 0; i < grads.size(); ++i) {
+    if (reduced[i].has_value()) MF_RETURN_IF_ERROR(UpdateSlot(slots_[i], *reduced[i], comms));
+  }
+  ++step_count_;
+  if (norm.has_value()) last_grad_norm_ = norm;
+  return Status::Ok();
+}
+
+StatusOr<double> GlobalGradNorm(std::span<const DTensor* const> grads, MeshComms& comms) {
+  for (size_t i = 0; i < grads.size(); ++i) MF_RETURN_IF_ERROR(CheckGradForNorm(grads[i], i, comms.mesh()));
+  return NormOf(grads, comms);
+}
+
+StatusOr<double> ClipGradNorm(std::span<DTensor* const> grads, double max_norm, MeshComms& comms) {
+  MF_RETURN_IF_ERROR(CheckMaxNorm(max_norm));
+  std::vector<const DTensor*> cgrads(grads.begin(), grads.end());
+  for (size_t i = 0; i < grads.size(); ++i) MF_RETURN_IF_ERROR(CheckGradForNorm(grads[i], i, comms.mesh()));
+  MF_ASSIGN_OR_RETURN(double total, NormOf(cgrads, comms));
+  ApplyClip(grads, total, max_norm);
+  return total;
+}
+
+StatusOr<WarmupCosineSchedule> WarmupCosineSchedule::Create(WarmupCosineOptions options) {
+  MF_RETURN_IF_ERROR(CheckNonNegative("base_lr", options.base_lr));
+  MF_RETURN_IF_ERROR(CheckNonNegative("min_lr", options.min_lr));
+  if (options.min_lr > options.base_lr) {
+    return InvalidArgumentError("min_lr " + Num(options.min_lr) + " must be <= base_lr " + Num(options.base_lr));
+  }
+  if (options.warmup_steps < 0) {
+    return InvalidArgumentError("warmup_steps " + std::to_string(options.warmup_steps) + " must be >= 0");
+  }
+  if (options.total_steps < options.warmup_steps) {
+    return InvalidArgumentError("total_steps " + std::to_string(options.total_steps) + " must be >= warmup_steps " +
+                                std::to_string(options.warmup_steps));
+  }
+  return WarmupCosineSchedule(options);
+}
+
+double WarmupCosineSchedule::LrAt(int64_t step) const {
+  const WarmupCosineOptions& o = options_;
+  if (step < 0) step = 0;
+  if (step < o.warmup_steps) {
+    return o.base_lr * static_cast<double>(step) / static_cast<double>(o.warmup_steps);
+  }
+  if (step >= o.total_steps) return o.min_lr;
+  const double p = static_cast<double>(step - o.warmup_steps) / static_cast<double>(o.total_steps - o.warmup_steps);
+  return o.min_lr + (o.base_lr - o.min_lr) * 0.5 * (1.0 + std::cos(std::numbers::pi * p));
+}
+
+}  // namespace meshflow
