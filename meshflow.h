@@ -54,6 +54,9 @@
 #include "meshflow/ops/graph.h"
 #include "meshflow/ops/program.h"
 #include "meshflow/ops/propagation.h"
+// Reverse-mode autodiff over sharded DTensors.
+#include "meshflow/autograd/functions.h"
+#include "meshflow/autograd/variable.h"
 // The sharded, exactly resumable data loader and its datasets.
 #include "meshflow/data/dataset.h"
 #include "meshflow/data/loader.h"

@@ -55,8 +55,8 @@ Inputs MakeInputs(const OpSpec& op) {
   DeviceMesh mesh = *DeviceMesh::Create({1});
   Inputs in;
   for (int i = 0; i < op.num_operands(); ++i) {
-    const bool vec = op.kind == OpSpec::Kind::kNorm && i > 0;
-    const bool ints = (op.kind == OpSpec::Kind::kEmbedding || op.kind == OpSpec::Kind::kCrossEntropy) && i == 1;
+    const bool vec = op.get<NormParams>() != nullptr && i > 0;
+    const bool ints = (op.get<EmbeddingParams>() != nullptr || op.get<CrossEntropyParams>() != nullptr) && i == 1;
     const std::vector<int64_t> shape = vec || ints ? std::vector<int64_t>{2} : std::vector<int64_t>{2, 2};
     Tensor t = ints ? Tensor::Zeros(DType::kI64, shape) : Tensor::Iota(DType::kF32, shape);
     // The first four keep their historical S(0) inputs; the others take R so that no 1-rank

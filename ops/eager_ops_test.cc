@@ -95,6 +95,37 @@ std::vector<OpCase> AllCases() {
       {OpSpec::Matmul(), {{{7}}, {{7}}}},
       {OpSpec::Matmul(), {{{2, 5, 7}}, {{7}}}},
       {OpSpec::Matmul(), {{{7}}, {{2, 7, 3}}}},
+      // The ops of the gradient path (autograd/).
+      {OpSpec::Unary(UnaryOp::kTanh), {{{5, 7}}}},
+      {OpSpec::Unary(UnaryOp::kSigmoid), {{{5, 7}}}},
+      {OpSpec::Unary(UnaryOp::kSilu), {{{5, 7}}}},
+      {OpSpec::Unary(UnaryOp::kSqrt), {{{5, 7}}}},
+      {OpSpec::Unary(UnaryOp::kRsqrt), {{{5, 7}}}},
+      {OpSpec::Unary(UnaryOp::kPow, 3.0), {{{5, 7}}}},
+      {OpSpec::Unary(UnaryOp::kAddScalar, 0.5), {{{5, 7}}}},
+      {OpSpec::Unary(UnaryOp::kLog), {{{5, 7}}}},
+      {OpSpec::Unary(UnaryOp::kStep), {{{5, 7}}}},
+      {OpSpec::Unary(UnaryOp::kGeluDeriv), {{{5, 7}}}},
+      {OpSpec::Unary(UnaryOp::kSiluDeriv), {{{5, 7}}}},
+      {OpSpec::Unary(UnaryOp::kTanhDeriv), {{{5, 7}}}},
+      {OpSpec::Unary(UnaryOp::kSigmoidDeriv), {{{5, 7}}}},
+      {OpSpec::Compare(CompareOp::kLt), {{{5, 7}}, {{7}}}},
+      {OpSpec::Compare(CompareOp::kEq), {{{5, 1}}, {{1, 7}}}},
+      {OpSpec::Compare(CompareOp::kGe), {{{5, 7}, i64}, {{5, 7}, i64}}, true},
+      {OpSpec::Where(), {{{5, 7}}, {{5, 7}}, {{7}}}},
+      {OpSpec::Where(), {{{5, 1}, i32}, {{1, 7}}, {{5, 7}}}},
+      {OpSpec::Expand({5, 7}), {{{7}}}},
+      {OpSpec::Expand({3, 5, 2}), {{{5, 1}}}},
+      {OpSpec::Expand({4, 3}), {{{4, 1}}}},
+      {OpSpec::EmbeddingGrad(7), {{{5, 3}}, {{5}, i64, 7}}},
+      {OpSpec::EmbeddingGrad(6), {{{3, 2, 4}}, {{3, 2}, i32, 6}}},
+      {OpSpec::SliceGrad({7, 5}, 0, 1, 6, 2), {{{3, 5}}}},
+      {OpSpec::SliceGrad({3, 5, 2}, -1, 0, 1, 1), {{{3, 5, 1}}}},
+      {OpSpec::SliceGrad({2, 12}, 1, 1, INT64_MAX, 3), {{{2, 4}}}},
+      {OpSpec::CrossEntropyGrad(LossReduction::kMean), {{{7, 5}}, {{7}, i64, 5}, {{}}}},
+      {OpSpec::CrossEntropyGrad(LossReduction::kSum), {{{7, 5}}, {{7}, i32, 5}, {{}}}},
+      {OpSpec::CrossEntropyGrad(LossReduction::kNone), {{{7, 5}}, {{7}, i64, 5}, {{7}}}},
+      {OpSpec::CrossEntropyGrad(LossReduction::kMean), {{{3, 5, 4}}, {{3, 5}, i32, 4}, {{}}}},
   };
 }
 
@@ -131,7 +162,7 @@ bool ReshapeOracle(const Layout& in, const Layout& out) {
 
 // Brute force: does every rank's input box select exactly its result box along the sliced dim?
 bool SliceOracle(const OpSpec& op, const Layout& in, const Layout& out) {
-  const SliceRange s = *NormalizeSlice(in.global_shape(), op.dim, op.start, op.end, op.step);
+  const SliceRange s = *NormalizeSlice(in.global_shape(), op.get<SliceParams>()->dim, op.get<SliceParams>()->start, op.get<SliceParams>()->end, op.get<SliceParams>()->step);
   const std::vector<Box> bi = in.AllLocalBoxes(), bo = out.AllLocalBoxes();
   for (size_t r = 0; r < bi.size(); ++r) {
     const Interval a = bi[r].dim(s.dim), b = bo[r].dim(s.dim);
@@ -181,21 +212,21 @@ std::vector<std::string> RunAllStrategies(const OpCase& c, const DeviceMesh& mes
     StatusOr<StrategyChoice> ch = EvaluateStrategy(c.op, *rule, s, lp, dts);
     accepted.push_back(ch.ok());
     const std::string what = c.op.ToString() + " on " + mesh.ToString() + " strategy " + s.ToString();
-    const bool mesh_dependent = c.op.kind == OpSpec::Kind::kReshape || c.op.kind == OpSpec::Kind::kSlice;
+    const bool mesh_dependent = c.op.get<ReshapeParams>() != nullptr || c.op.get<SliceParams>() != nullptr;
     if (!ch.ok() && (!mesh_dependent || ch.status().code() != StatusCode::kFailedPrecondition)) {
       failures.push_back(what + ": unexpected rejection " + ch.status().ToString());
     }
     if (CheckStrategyOnMesh(c.op, *rule, s, mesh).ok() != ch.ok()) {
       failures.push_back(what + ": CheckStrategyOnMesh disagrees with EvaluateStrategy");
     }
-    if (c.op.kind == OpSpec::Kind::kSlice) {
+    if (c.op.get<SliceParams>() != nullptr) {
       const Layout out = *Layout::Create(rule->result_shape, mesh, s.result);
       if (ch.ok() != SliceOracle(c.op, ls[0], out)) {
         failures.push_back(what + ": EvaluateStrategy " + (ch.ok() ? "accepts" : "rejects") +
                            " but the brute-force slice oracle disagrees");
       }
     }
-    if (c.op.kind == OpSpec::Kind::kReshape) {
+    if (c.op.get<ReshapeParams>() != nullptr) {
       const Layout out = *Layout::Create(rule->result_shape, mesh, s.result);
       if (ch.ok() != ReshapeOracle(ls[0], out)) {
         failures.push_back(what + ": EvaluateStrategy " + (ch.ok() ? "accepts" : "rejects") +

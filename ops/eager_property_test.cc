@@ -124,7 +124,7 @@ TEST(EagerProperty, RandomLayouts) {
     const DType dtype = g.U(0, 1) == 0 ? DType::kF64 : DType::kF32;
     std::vector<Tensor> globals;
     std::vector<Layout> layouts;
-    if (c.op.kind == OpSpec::Kind::kNorm && !c.op.has_bias) c.shapes.pop_back();
+    if (c.op.get<NormParams>() != nullptr && !c.op.get<NormParams>()->has_bias) c.shapes.pop_back();
     for (size_t i = 0; i < c.shapes.size(); ++i) {
       const int64_t bound = i < c.int_bounds.size() ? c.int_bounds[i] : 0;
       globals.push_back(bound > 0 ? testing::IntsFor(DType::kI64, c.shapes[i], static_cast<int>(i) + iter, bound)

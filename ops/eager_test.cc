@@ -73,9 +73,10 @@ std::vector<std::string> RunAllStrategies(const OpCase& c, const DeviceMesh& mes
   StatusOr<ShardingRule> rule = RuleFor(c.op, shapes);
   if (!rule.ok()) return {rule.status().ToString()};
   const int64_t mean_count = [&] {
-    if (c.op.kind != OpSpec::Kind::kReduce) return int64_t{-1};
+    const ReduceParams* rp = c.op.get<ReduceParams>();
+    if (rp == nullptr) return int64_t{-1};
     int64_t n = 1;
-    const std::vector<int> dims = *NormalizeReduceDims(c.shapes[0], c.op.dims);
+    const std::vector<int> dims = *NormalizeReduceDims(c.shapes[0], rp->dims);
     for (int d : dims) n *= c.shapes[0][d];
     return n;
   }();

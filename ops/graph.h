@@ -6,7 +6,7 @@
 // (a graph input that holds weights; the distinction is for printing) or the result of exactly
 // one node. Nodes are appended in topological order by construction: an op may only use values
 // that already exist. The builder checks every op with the op's sharding rule (RuleFor in
-// ops/eager.h), which also gives the result shape, so new op kinds work without changes here.
+// ops/op_spec.h), which also gives the result shape, so new op kinds work without changes here.
 //
 // Annotations pin a value's Layout on the graph's mesh (inputs, params, outputs or any
 // intermediate value). The propagation pass (ops/propagation.h) honours them exactly and infers
@@ -39,7 +39,7 @@
 #include "meshflow/dtensor/dtype.h"
 #include "meshflow/dtensor/layout.h"
 #include "meshflow/mesh/device_mesh.h"
-#include "meshflow/ops/eager.h"
+#include "meshflow/ops/op_spec.h"
 
 namespace meshflow {
 

@@ -53,6 +53,7 @@
 #include "meshflow/base/status.h"
 #include "meshflow/collectives/mesh_comms.h"
 #include "meshflow/dtensor/dtensor.h"
+#include "meshflow/ops/eager.h"
 #include "meshflow/ops/graph.h"
 #include "meshflow/ops/propagation.h"
 #include "meshflow/planner/plan.h"

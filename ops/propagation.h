@@ -49,6 +49,7 @@
 #include "meshflow/base/status.h"
 #include "meshflow/dtensor/layout.h"
 #include "meshflow/ops/graph.h"
+#include "meshflow/ops/strategy.h"
 #include "meshflow/ops/sharding_rule.h"
 #include "meshflow/planner/cost_model.h"
 

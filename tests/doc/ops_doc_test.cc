@@ -1,5 +1,6 @@
-// Every example in ops/graph.h, ops/propagation.h, ops/program.h, ops/eager.h, ops/kernels.h,
-// ops/sharding_rule.h and ops/shape_util.h is compiled here; keep them identical.
+// Every example in ops/graph.h, ops/propagation.h, ops/program.h, ops/eager.h, ops/op_spec.h,
+// ops/strategy.h, ops/kernels.h, ops/sharding_rule.h and ops/shape_util.h is compiled here; keep
+// them identical.
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -21,6 +22,8 @@
 #include "meshflow/ops/eager.h"
 #include "meshflow/ops/graph.h"
 #include "meshflow/ops/kernels.h"
+#include "meshflow/ops/op_spec.h"
+#include "meshflow/ops/strategy.h"
 #include "meshflow/ops/program.h"
 #include "meshflow/ops/propagation.h"
 #include "meshflow/ops/shape_util.h"
@@ -218,6 +221,33 @@ Status KernelsExample(const Tensor& a, const Tensor& b, const Tensor& x, const T
     EXPECT_NEAR(p.GetAsDouble(3 * row) + p.GetAsDouble(3 * row + 1) + p.GetAsDouble(3 * row + 2), 1.0, 1e-6);
   }
   return Status::Ok();
+}
+
+// ops/op_spec.h
+TEST(OpSpecDocTest, Example) {
+  const OpSpec mm = OpSpec::Matmul();
+  const OpSpec ln = OpSpec::LayerNorm(/*normalized_ndim=*/1, /*has_weight=*/true, /*has_bias=*/false);
+  // mm.ToString() == "matmul"; ln.num_operands() == 2; ln.get<NormParams>()->eps == 1e-5
+  EXPECT_EQ(mm.ToString(), "matmul");
+  EXPECT_EQ(ln.num_operands(), 2);
+  EXPECT_EQ(ln.get<NormParams>()->eps, 1e-5);
+  EXPECT_EQ(ln.get<MatmulParams>(), nullptr);
+}
+
+// ops/strategy.h
+Status StrategyExample(std::span<const DTensor* const> inputs) {
+  MF_ASSIGN_OR_RETURN(std::shared_ptr<const StrategyChoice> c, ChooseStrategy(OpSpec::Matmul(), inputs));
+  // c->operand_layouts, c->plans (nullptr where already in place), c->result
+  if (c->operand_layouts.size() != 2 || c->plans.size() != 2) return InternalError("bad choice");
+  return Status::Ok();
+}
+
+TEST(StrategyDocTest, Example) {
+  const DeviceMesh mesh = *DeviceMesh::Create({1});
+  const DTensor a = *Distribute(Smooth({2, 3}, 1), *Layout::Create({2, 3}, mesh, {Replicate{}}), 0);
+  const DTensor b = *Distribute(Smooth({3, 2}, 2), *Layout::Create({3, 2}, mesh, {Replicate{}}), 0);
+  const DTensor* in[2] = {&a, &b};
+  EXPECT_EQ(StrategyExample(in), Status::Ok());
 }
 
 TEST(KernelsDocTest, Example) {

@@ -1,0 +1,44 @@
+// Vector-Jacobian products of the eager ops (ops/eager.h), written with eager sharded ops.
+//
+// Given an op's input values, its output value and the gradient of a loss w.r.t. that output
+// (all DTensors on one mesh, any layouts), Vjp returns the gradient w.r.t. each input: nullopt
+// where the input gets none (integer operands, comparisons, a zero derivative such as step's).
+// Broadcast operands get their gradient summed back to their shape.
+//
+//   const DTensor* in[2] = {&x, &w};
+//   MF_ASSIGN_OR_RETURN(std::vector<std::optional<DTensor>> g,
+//                       Vjp(OpSpec::Matmul(), in, y, dy, comms));  // g[0] = dy w^T, g[1] = x^T dy
+//
+// Errors: UNIMPLEMENTED for matmul with a rank-1 operand and for the gradient ops themselves
+// (double backward: *_deriv unary ops, embedding_grad, slice_grad, cross_entropy_grad); errors of
+// the eager ops.
+#ifndef MESHFLOW_AUTOGRAD_VJP_H_
+#define MESHFLOW_AUTOGRAD_VJP_H_
+
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "meshflow/base/status.h"
+#include "meshflow/collectives/mesh_comms.h"
+#include "meshflow/dtensor/dtensor.h"
+#include "meshflow/ops/eager.h"
+
+namespace meshflow {
+
+// Collective.
+StatusOr<std::vector<std::optional<DTensor>>> Vjp(const OpSpec& op, std::span<const DTensor* const> inputs,
+                                                  const DTensor& output, const DTensor& grad, MeshComms& comms);
+
+// Collective: `x` summed over the dims it was broadcast along, to `shape` (numpy rules).
+StatusOr<DTensor> SumTo(const DTensor& x, const std::vector<int64_t>& shape, MeshComms& comms);
+
+// A Replicate DTensor of shape [] holding `value`, on `like`'s mesh and rank with its dtype.
+StatusOr<DTensor> ScalarLike(const DTensor& like, double value);
+
+// Whether the op has a derivative w.r.t. any operand (false: comparisons).
+bool IsDifferentiable(const OpSpec& op);
+
+}  // namespace meshflow
+
+#endif  // MESHFLOW_AUTOGRAD_VJP_H_
