@@ -336,5 +336,34 @@ TEST(AutogradTest, Errors) {
   EXPECT_TRUE(st.ok()) << st;
 }
 
+TEST(AutogradTest, VjpErrors) {
+  const DeviceMesh mesh = *DeviceMesh::Create({1});
+  const Status st = OnMesh(mesh, [&](MeshComms& comms, int rank) -> Status {
+    MF_ASSIGN_OR_RETURN(DTensor x, Distribute(GlobalFor(DType::kF64, {4, 3}, 1), Replicated({4, 3}, mesh), rank));
+    MF_ASSIGN_OR_RETURN(DTensor g3, Distribute(GlobalFor(DType::kF64, {3}, 2), Replicated({3}, mesh), rank));
+    const DTensor* in[1] = {&x};
+    // Double backward through a gradient op.
+    StatusOr<std::vector<std::optional<DTensor>>> r = Vjp(OpSpec::Unary(UnaryOp::kGeluDeriv), in, x, x, comms);
+    if (r.ok() || r.status().code() != StatusCode::kUnimplemented ||
+        r.status().message().find("gelu_deriv") == std::string::npos ||
+        r.status().message().find("double backward") == std::string::npos) {
+      return InternalError("double backward: " + r.status().ToString());
+    }
+    // A gradient whose shape is not the output's.
+    r = Vjp(OpSpec::Unary(UnaryOp::kExp), in, x, g3, comms);
+    if (r.ok() || r.status().code() != StatusCode::kInvalidArgument ||
+        r.status().message().find("gradient shape [3] differs from the output's [4,3]") == std::string::npos) {
+      return InternalError("grad shape: " + r.status().ToString());
+    }
+    // Operand count.
+    r = Vjp(OpSpec::Matmul(), in, x, x, comms);
+    if (r.ok() || r.status().message().find("expected 2 inputs, got 1") == std::string::npos) {
+      return InternalError("operand count: " + r.status().ToString());
+    }
+    return Status::Ok();
+  });
+  EXPECT_TRUE(st.ok()) << st;
+}
+
 }  // namespace
 }  // namespace meshflow

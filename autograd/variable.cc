@@ -40,6 +40,7 @@ StatusOr<Variable> Variable::Leaf(DTensor value, bool requires_grad) {
 }
 
 const DTensor& Variable::value() const { return node_->value; }
+DTensor* Variable::mutable_leaf_value() { return node_ != nullptr && !node_->op ? &node_->value : nullptr; }
 bool Variable::requires_grad() const { return node_ != nullptr && node_->requires_grad; }
 bool Variable::is_leaf() const { return node_ == nullptr || !node_->op.has_value(); }
 const std::optional<DTensor>& Variable::grad() const {

@@ -50,6 +50,9 @@ class Variable {
 
   bool defined() const { return node_ != nullptr; }
   const DTensor& value() const;
+  // The value of a leaf, for in-place updates between steps (an optimizer's ParamSpec::param):
+  // nullptr for op results (their values are inputs of recorded backward computations).
+  DTensor* mutable_leaf_value();
   bool requires_grad() const;
   bool is_leaf() const;
   // The accumulated gradient of a leaf with requires_grad (nullopt before the first Backward
