@@ -23,6 +23,12 @@
 //   -c 0|1                            check the result (one extra, untimed call per size) [1]
 //   -t N                              ranks of the threads world [4]
 //   -d f32|f64|bf16|i32|i64           element type [f32]
+//   --checks full|args|none           cross-rank call checks before each collective [full]: full
+//                                     compares sequence numbers, arguments and call sites; args
+//                                     leaves out the call sites (ThreadWorldOptions / MpiOptions::
+//                                     check_call_sites = false); none (mpi) skips the header
+//                                     exchange (MpiOptions::validate = false; threads: as args, its
+//                                     rendezvous always compares arguments; nccl: ignored)
 //   --csv                             CSV instead of the table
 //   -h, --help                        print the options (kUsage) and exit 0
 //
@@ -114,6 +120,7 @@ struct Config {
   bool check = true;
   int threads = 4;
   DType dtype = DType::kF32;
+  std::string checks = "full";
   bool csv = false;
 };
 
@@ -164,7 +171,7 @@ StatusOr<std::vector<int64_t>> ParseMesh(std::string_view s) {
 
 constexpr const char* kUsage =
     "usage: comm [--backend threads|mpi|nccl] [--op OP] [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS] [-w WARMUP]\n"
-    "            [-c 0|1] [-t N] [-d DTYPE] [--csv] [--from P --to P --mesh AxB]\n"
+    "            [-c 0|1] [-t N] [-d DTYPE] [--checks C] [--csv] [--from P --to P --mesh AxB]\n"
     "\n"
     "nccl-tests style tables of meshflow's collectives: time, algbw, busbw and #wrong per size.\n"
     "\n"
@@ -183,6 +190,8 @@ constexpr const char* kUsage =
     "  -c 0|1             check the result (one extra, untimed call per size) [1]\n"
     "  -t N               ranks of the threads world, >= 1 [4]\n"
     "  -d DTYPE           element type, one of f32, f64, bf16, i32, i64 [f32]\n"
+    "  --checks C         cross-rank call checks, one of full (sequence, arguments, call sites), args\n"
+    "                     (no call sites), none (mpi: no header exchange; threads: as args) [full]\n"
     "  --csv              CSV instead of the table\n"
     "  -h, --help         print this help and exit\n"
     "\n"
@@ -207,7 +216,7 @@ Status CheckRedistributeFlags(const Config& c) {
 
 StatusOr<Config> ParseArgs(int argc, char** argv) {
   static constexpr std::string_view kValued[] = {"--backend", "--op", "--from", "--to", "--mesh", "-b", "-e",
-                                                 "-f",        "-n",   "-w",     "-c",   "-t",     "-d"};
+                                                 "-f",        "-n",   "-w",     "-c",   "-t",     "-d",   "--checks"};
   static constexpr Op kOps[] = {Op::kAllGather, Op::kReduceScatter, Op::kAllReduce, Op::kAllToAll,
                                 Op::kRedistribute};
   Config c;
@@ -248,6 +257,9 @@ StatusOr<Config> ParseArgs(int argc, char** argv) {
     } else if (a == "-c") {
       MF_ASSIGN_OR_RETURN(size_t check, ParseChoice(a, v, {"0", "1"}));
       c.check = check == 1;
+    } else if (a == "--checks") {
+      MF_RETURN_IF_ERROR(ParseChoice(a, v, {"full", "args", "none"}).status());
+      c.checks = v;
     } else {  // -d
       StatusOr<DType> dtype = ParseDType(v);
       if (!dtype.ok()) return dtype.status().WithContext(flag);
@@ -770,7 +782,9 @@ int64_t TotalWrong(const std::vector<Row>& rows) {
 }
 
 int RunThreads(const Config& c) {
-  auto world = ThreadWorld::Create(c.threads);
+  ThreadWorldOptions opts;
+  opts.check_call_sites = c.checks == "full";
+  auto world = ThreadWorld::Create(c.threads, opts);
   if (!world.ok()) {
     std::fprintf(stderr, "comm: %s\n", world.status().ToString().c_str());
     return 2;
@@ -866,7 +880,10 @@ int RunMpi(const Config&) {
 #else
 int RunMpi(const Config& c) {
   MpiFinalizeGuard finalize;
-  auto world = MpiWorld();
+  MpiOptions opts;
+  opts.validate = c.checks != "none";
+  opts.check_call_sites = c.checks == "full";
+  auto world = MpiWorld(opts);
   if (!world.ok()) MpiAbort(world.status());
   std::vector<Row> rows;
   Bench bench(c, **world);

@@ -52,6 +52,7 @@ run_threads "threads redistribute S(0)->R" --op redistribute --from 'S(0)' --to 
 run_threads "threads redistribute S(0),S(1)->S(1),S(0)" --op redistribute --from 'S(0),S(1)' --to 'S(1),S(0)' --mesh 2x2
 run_threads "threads all_reduce bf16" --op all_reduce -d bf16
 run_threads "threads all_gather i64 3 ranks" --op all_gather -d i64 -t 3
+run_threads "threads all_reduce without call-site checks" --op all_reduce --checks args
 
 # --help / -h: the usage on stdout, nothing on stderr, exit 0 (help wins over other arguments).
 tmp="${TEST_TMPDIR:-$(mktemp -d)}"
@@ -67,7 +68,7 @@ for help in --help -h "--op no_such_op --help"; do
     echo "FAIL: comm $help: stdout does not start with 'usage: comm'"
     status=1
   fi
-  for flag in --backend --op --from --to --mesh -b -e -f -n -w -c -t -d --csv; do
+  for flag in --backend --op --from --to --mesh -b -e -f -n -w -c -t -d --checks --csv; do
     if ! echo "$out" | grep -qF -- " $flag "; then
       echo "FAIL: comm $help: usage does not list $flag"
       status=1
@@ -111,6 +112,7 @@ bad_input "unknown --op 'no_such_op'; expected one of all_gather, reduce_scatter
 bad_input "unknown --backend 'gloo'; expected one of threads, mpi, nccl" --backend gloo
 bad_input "-d: unknown dtype 'f16'; expected one of f32, f64, bf16, i32, i64" -d f16
 bad_input "unknown -c '2'; expected one of 0, 1" -c 2
+bad_input "unknown --checks 'some'; expected one of full, args, none" --checks some
 bad_input "--from: bad placement 'Q': unknown form; expected one of S(<dim>), R, P, P(sum|avg|max|min)" \
   --op redistribute --from Q --to R
 bad_input "--to: bad placement 'P(prod)': unknown reduce op 'prod'; expected one of sum, avg, max, min" \
@@ -122,10 +124,12 @@ bad_input "option '-b' needs a value; see 'comm --help'" -b
 bad_input "-b: bad size '8X'" -b 8X
 
 source "$env_file" || { echo "cannot source $env_file"; exit 2; }
-for op in all_reduce all_to_all; do
+for run in "all_reduce full" "all_to_all full" "all_reduce none"; do
+  op="${run% *}"
+  checks="${run#* }"
   log="$(mktemp)"
-  echo "=== mpirun -np 4 comm --backend mpi --op $op"
-  timeout --kill-after=5 60 mpirun "${MPIRUN_FLAGS[@]}" -np 4 "$comm" --backend mpi --op "$op" \
+  echo "=== mpirun -np 4 comm --backend mpi --op $op --checks $checks"
+  timeout --kill-after=5 60 mpirun "${MPIRUN_FLAGS[@]}" -np 4 "$comm" --backend mpi --op "$op" --checks "$checks" \
     -b 8 -e 64K -f 4 -c 1 -n 2 -w 1 >"$log" 2>&1
   rc=$?
   cat "$log"

@@ -134,11 +134,33 @@ Status CheckSendRecv(const CallSite& site, std::span<const SendSpec> sends, std:
   return Status();
 }
 
+std::string CallDescription(const CollectiveCall& c) {
+  std::string out = "#" + std::to_string(c.seq) + " " + CollectiveKindName(c.kind);
+  if (!c.file.empty()) out += " called at " + std::string(c.file) + ":" + std::to_string(c.line);
+  return out;
+}
+
+namespace {
+
+bool SameSite(const CollectiveCall& a, const CollectiveCall& b) {
+  return a.line == b.line && (a.file.data() == b.file.data() || a.file == b.file);
+}
+
+}  // namespace
+
 Status CheckCallsMatch(const CallSite& site, int n, const std::function<const CollectiveCall&(int)>& call_of) {
   const CollectiveCall& c0 = call_of(0);
+  bool sites = true;  // every member has a call site
+  for (int r = 0; r < n && sites; ++r) sites = !call_of(r).file.empty();
+  // " [rank a: call; rank b: call]" when call sites are known.
+  auto calls = [&](int a, int b) -> std::string {
+    if (!sites) return "";
+    return " [" + site.RankName(a) + ": " + CallDescription(call_of(a)) + "; " + site.RankName(b) + ": " +
+           CallDescription(call_of(b)) + "]";
+  };
   auto mismatch = [&](int r, const std::string& field, const std::string& v0, const std::string& vr) {
     return FailedPreconditionError(site.Describe() + ": mismatched " + field + ": " + v0 + " at " + site.RankName(0) +
-                                   " vs " + vr + " at " + site.RankName(r));
+                                   " vs " + vr + " at " + site.RankName(r) + calls(0, r));
   };
   for (int r = 1; r < n; ++r) {
     const CollectiveCall& c = call_of(r);
@@ -147,7 +169,7 @@ Status CheckCallsMatch(const CallSite& site, int n, const std::function<const Co
                                      " is at its collective #" + std::to_string(c0.seq) + " (" +
                                      CollectiveKindName(c0.kind) + ") but " + site.RankName(r) + " at #" +
                                      std::to_string(c.seq) + " (" + CollectiveKindName(c.kind) +
-                                     "); a rank skipped or repeated a collective");
+                                     "); a rank skipped or repeated a collective" + calls(0, r));
     }
     if (c.kind != c0.kind) return mismatch(r, "collectives", CollectiveKindName(c0.kind), CollectiveKindName(c.kind));
   }
@@ -183,9 +205,21 @@ Status CheckCallsMatch(const CallSite& site, int n, const std::function<const Co
         if (sent != expected) {
           return FailedPreconditionError(site.Describe() + ": mismatched counts: " + site.RankName(r) + " sends " +
                                          std::to_string(sent) + " elements to " + site.RankName(s) +
-                                         ", which expects " + std::to_string(expected) + " from it");
+                                         ", which expects " + std::to_string(expected) + " from it" + calls(r, s));
         }
       }
+    }
+  }
+  // Arguments agree: a different call site still means the members are at different calls (a
+  // skipped call matched against the next one with the same arguments).
+  if (sites) {
+    for (int r = 1; r < n; ++r) {
+      const CollectiveCall& c = call_of(r);
+      if (SameSite(c, c0)) continue;
+      return FailedPreconditionError(site.Describe() + ": mismatched call sites: " + site.RankName(0) +
+                                     " is at its collective " + CallDescription(c0) + ", but " + site.RankName(r) +
+                                     " at " + CallDescription(c) +
+                                     "; a rank skipped, repeated or reordered a collective");
     }
   }
   return Status();

@@ -45,10 +45,17 @@ struct CollectiveCall {
   int64_t count = 0;
   std::vector<int64_t> counts;   // all_gather recv_counts, reduce_scatter counts, all_to_all send_counts
   std::vector<int64_t> counts2;  // all_to_all recv_counts
-  // Per-communicator sequence number of the call (a backend whose rendezvous keeps the members in
-  // step leaves it 0).
+  // Per-communicator sequence number of the call (0, 1, 2, ... on each communicator).
   int64_t seq = 0;
+  // Where the member called it (the Communicator method's `where`): a file name (or its tail) and a
+  // line. An empty file means "not checked" (check_call_sites off); sites are compared only when
+  // every member has one. The file must outlive the check (source_location strings are static).
+  std::string_view file;
+  int64_t line = 0;
 };
+
+// "#S all_reduce called at FILE:LINE" ("#S all_reduce" without a file).
+std::string CallDescription(const CollectiveCall& c);
 
 // Where a call happens, for messages. Cheap to build: strings are made on error only.
 struct CallSite {
@@ -101,7 +108,12 @@ Status CheckSendRecv(const CallSite& site, std::span<const SendSpec> sends, std:
 // rank 2 (world 2)"). Checks, against rank 0, per rank: sequence number, kind; then per rank: dtype
 // (not for barrier / split), reduce op (all_reduce, reduce_scatter), root (broadcast), count
 // (broadcast, all_reduce), counts (all_gather "recv_counts", reduce_scatter "counts"); then for
-// all_to_all that every send count matches its receiver's recv count.
+// all_to_all that every send count matches its receiver's recv count. When call sites are known,
+// every message ends with both ranks' calls: " [group rank 0 (world 0): #S all_reduce called at F:L;
+// group rank 2 (world 2): #S ...]". Last, when every member has a call site, the sites
+// (FailedPrecondition "mismatched call sites: group rank 0 (world 0) is at its collective #S
+// all_reduce called at F:L, but group rank 1 (world 1) at #S all_reduce called at F:M; a rank
+// skipped, repeated or reordered a collective").
 Status CheckCallsMatch(const CallSite& site, int n, const std::function<const CollectiveCall&(int)>& call_of);
 
 }  // namespace meshflow

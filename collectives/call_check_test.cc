@@ -181,5 +181,46 @@ TEST(CallCheckTest, MismatchesNameBothRanksAndValues) {
               "rank 2 (world 6)");
 }
 
+TEST(CallCheckTest, CallSitesAreComparedAndNamed) {
+  const std::string where = "x all_reduce on group [4,5,6] (world ranks): ";
+  CollectiveCall a = Call(CollectiveKind::kAllReduce);
+  a.count = 4;
+  a.seq = 7;
+  a.file = "train/step.cc";
+  a.line = 10;
+  EXPECT_EQ(CallDescription(a), "#7 all_reduce called at train/step.cc:10");
+  CollectiveCall b = a;
+  // A different buffer holding the same file name is the same site.
+  const std::string same_file = "train/step.cc";
+  b.file = same_file;
+  EXPECT_TRUE(Match("all_reduce", {a, b, a}).ok());
+  // Same arguments, another line: a skipped call matched against the next one.
+  b.line = 12;
+  ExpectError(Match("all_reduce", {a, a, b}), StatusCode::kFailedPrecondition,
+              where +
+                  "mismatched call sites: group rank 0 (world 4) is at its collective #7 all_reduce called at "
+                  "train/step.cc:10, but group rank 2 (world 6) at #7 all_reduce called at train/step.cc:12; a rank "
+                  "skipped, repeated or reordered a collective");
+  b.line = 10;
+  b.file = "train/eval.cc";
+  EXPECT_EQ(Match("all_reduce", {a, b, a}).code(), StatusCode::kFailedPrecondition);
+  // Other mismatches end with both ranks' calls.
+  b = a;
+  b.line = 12;
+  b.count = 5;
+  ExpectError(Match("all_reduce", {a, b, a}), StatusCode::kFailedPrecondition,
+              where +
+                  "mismatched count: 4 at group rank 0 (world 4) vs 5 at group rank 1 (world 5) [group rank 0 (world "
+                  "4): #7 all_reduce called at train/step.cc:10; group rank 1 (world 5): #7 all_reduce called at "
+                  "train/step.cc:12]");
+  // A member without a call site (check_call_sites off) turns the site comparison off.
+  b = a;
+  b.line = 12;
+  CollectiveCall unknown = a;
+  unknown.file = {};
+  EXPECT_TRUE(Match("all_reduce", {a, b, unknown}).ok());
+  EXPECT_EQ(CallDescription(unknown), "#7 all_reduce");
+}
+
 }  // namespace
 }  // namespace meshflow

@@ -17,6 +17,17 @@
 // Sub-groups come from Split (MPI_Comm_split semantics: collective over this communicator;
 // members with the same color form a new communicator ordered by (key, rank)).
 //
+// Desync detection: every collective (not SendRecv) takes a trailing `where`, the caller's
+// CallerSite (file and line), captured by its default argument (pass it on explicitly from a wrapper
+// whose callers should be named instead). Backends that validate calls across ranks (threads
+// always, MPI with MpiOptions::validate) compare, before any payload moves, each member's
+// per-communicator sequence number, collective kind and call site (file:line): a rank that skipped,
+// repeated or reordered a collective makes every member return FailedPrecondition naming both call
+// sites and sequence numbers, instead of matching the wrong call. A skip inside a loop at the same
+// source line is invisible to this check (same site, same count): it shows up at the next call
+// from another line, or as a timeout. ThreadWorldOptions / MpiOptions::check_call_sites = false
+// turns the site comparison off (sequence numbers and arguments are still checked).
+//
 // Byte counters: every backend counts, per world rank, the payload bytes it sent to and
 // received from other ranks (self-copies are not counted). See each backend for its algorithms.
 #ifndef MESHFLOW_COLLECTIVES_COMMUNICATOR_H_
@@ -33,6 +44,17 @@
 #include "meshflow/dtensor/placement.h"
 
 namespace meshflow {
+
+// The file and line of a call, captured at the call site by a default argument written as
+// `CallerSite where = CallerSite::Here(__builtin_FILE(), __builtin_LINE())` (GCC and Clang
+// evaluate these builtins where the defaulted call is made). Not std::source_location: clang 14
+// (the fuzz build) cannot compile libstdc++ 12's <source_location>.
+struct CallerSite {
+  const char* file = "";
+  unsigned line = 0;
+  static constexpr CallerSite Here(const char* file, unsigned line) { return CallerSite{file, line}; }
+  constexpr const char* file_name() const { return file; }
+};
 
 struct ByteCounters {
   int64_t bytes_sent = 0;
@@ -68,44 +90,52 @@ class Communicator {
   // recv = concat over group ranks r of r's `send` (recv_counts[r] elements each).
   // Errors: recv_counts.size() != size(), send_count != recv_counts[rank()].
   virtual Status AllGatherV(const void* send, int64_t send_count, void* recv,
-                            std::span<const int64_t> recv_counts, DType dtype) = 0;
+                            std::span<const int64_t> recv_counts, DType dtype,
+                            CallerSite where = CallerSite::Here(__builtin_FILE(), __builtin_LINE())) = 0;
   // send holds sum(counts) elements, block r being counts[r] long; rank r receives the reduction
   // over all ranks of block r (counts[rank()] elements).
   virtual Status ReduceScatterV(const void* send, std::span<const int64_t> counts, void* recv, DType dtype,
-                                ReduceOp op) = 0;
+                                ReduceOp op, CallerSite where = CallerSite::Here(__builtin_FILE(), __builtin_LINE())) = 0;
   // recv = reduction of every rank's send (count elements). send == recv is allowed (in place).
-  virtual Status AllReduce(const void* send, void* recv, int64_t count, DType dtype, ReduceOp op) = 0;
+  virtual Status AllReduce(const void* send, void* recv, int64_t count, DType dtype, ReduceOp op,
+                           CallerSite where = CallerSite::Here(__builtin_FILE(), __builtin_LINE())) = 0;
   // Rank r sends send_counts[s] elements (block s of send) to rank s; receives recv_counts[s]
   // elements from rank s into block s of recv. Counts must agree pairwise across ranks.
   virtual Status AllToAllV(const void* send, std::span<const int64_t> send_counts, void* recv,
-                           std::span<const int64_t> recv_counts, DType dtype) = 0;
+                           std::span<const int64_t> recv_counts, DType dtype,
+                           CallerSite where = CallerSite::Here(__builtin_FILE(), __builtin_LINE())) = 0;
   // buffer on `root` is copied to every rank's buffer.
-  virtual Status Broadcast(void* buffer, int64_t count, DType dtype, int root) = 0;
-  virtual Status Barrier() = 0;
+  virtual Status Broadcast(void* buffer, int64_t count, DType dtype, int root,
+                           CallerSite where = CallerSite::Here(__builtin_FILE(), __builtin_LINE())) = 0;
+  virtual Status Barrier(CallerSite where = CallerSite::Here(__builtin_FILE(), __builtin_LINE())) = 0;
   // Grouped point-to-point: all sends and receives of this call are posted together, so any
   // pattern (including cycles) completes. A send to self must match a receive from self.
   virtual Status SendRecv(std::span<const SendSpec> sends, std::span<const RecvSpec> recvs, DType dtype) = 0;
 
   // Collective: members with the same color form a new communicator, ordered by (key, rank).
   // A negative color opts out (returns nullptr on that rank).
-  virtual StatusOr<std::shared_ptr<Communicator>> Split(int color, int key) = 0;
+  virtual StatusOr<std::shared_ptr<Communicator>> Split(
+      int color, int key, CallerSite where = CallerSite::Here(__builtin_FILE(), __builtin_LINE())) = 0;
 
   // Counters of this world rank, summed over all communicators of this rank.
   virtual ByteCounters counters() const = 0;
   virtual void ResetCounters() = 0;
 
   // Even-size convenience forms.
-  Status AllGather(const void* send, void* recv, int64_t count, DType dtype) {
+  Status AllGather(const void* send, void* recv, int64_t count, DType dtype,
+                   CallerSite where = CallerSite::Here(__builtin_FILE(), __builtin_LINE())) {
     std::vector<int64_t> counts(static_cast<size_t>(size()), count);
-    return AllGatherV(send, count, recv, counts, dtype);
+    return AllGatherV(send, count, recv, counts, dtype, where);
   }
-  Status ReduceScatter(const void* send, void* recv, int64_t count_per_rank, DType dtype, ReduceOp op) {
+  Status ReduceScatter(const void* send, void* recv, int64_t count_per_rank, DType dtype, ReduceOp op,
+                       CallerSite where = CallerSite::Here(__builtin_FILE(), __builtin_LINE())) {
     std::vector<int64_t> counts(static_cast<size_t>(size()), count_per_rank);
-    return ReduceScatterV(send, counts, recv, dtype, op);
+    return ReduceScatterV(send, counts, recv, dtype, op, where);
   }
-  Status AllToAll(const void* send, void* recv, int64_t count_per_rank, DType dtype) {
+  Status AllToAll(const void* send, void* recv, int64_t count_per_rank, DType dtype,
+                  CallerSite where = CallerSite::Here(__builtin_FILE(), __builtin_LINE())) {
     std::vector<int64_t> counts(static_cast<size_t>(size()), count_per_rank);
-    return AllToAllV(send, counts, recv, counts, dtype);
+    return AllToAllV(send, counts, recv, counts, dtype, where);
   }
 };
 

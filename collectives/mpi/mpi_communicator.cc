@@ -44,6 +44,21 @@ alignas(16) std::byte g_recv_dummy[16];
 
 std::mutex g_init_mu;
 
+// The first error that broke a communicator of this process (named by MpiFinalize), and the longest
+// timeout of any communicator (MpiFinalize's agreement waits twice that; 60 s without communicators).
+std::mutex g_fatal_mu;
+Status* g_fatal = new Status();
+std::atomic<int64_t> g_longest_timeout_ms{0};
+
+void RecordFatal(const Status& s) {
+  std::lock_guard<std::mutex> lock(g_fatal_mu);
+  if (g_fatal->ok()) *g_fatal = s;
+}
+Status FirstFatal() {
+  std::lock_guard<std::mutex> lock(g_fatal_mu);
+  return *g_fatal;
+}
+
 MPI_Datatype MpiType(DType t) {
   switch (t) {
     case DType::kF32:
@@ -140,21 +155,45 @@ void Pause(int iteration, std::chrono::steady_clock::duration waited) {
 // counts (n) and counts2 (n).
 struct MpiCommunicator::Header {
   static constexpr int64_t kMagic = 0x6d657368666c6f77;  // "meshflow"
-  static constexpr int kFixed = 9;
+  static constexpr int kValues = 10;                       // magic .. line
+  static constexpr int kFileWords = 5;                     // the call site's file name: its last 40 chars
+  static constexpr int kFixed = kValues + kFileWords;
   int64_t magic = kMagic;
-  CollectiveCall call;  // seq, kind, dtype, op, root, count; counts and counts2 hold n entries
+  CollectiveCall call;  // seq, kind, dtype, op, root, count, line; counts and counts2 hold n entries
   int64_t color = 0;
   int64_t key = 0;
+  // call.file views this (NUL-padded; empty: no call site); PointFile() sets it again after a copy.
+  char file[kFileWords * 8] = {};
+
+  void SetSite(const CallerSite& where) {
+    const std::string_view f = where.file_name();
+    const std::string_view tail = f.size() > sizeof(file) ? f.substr(f.size() - sizeof(file)) : f;
+    std::memset(file, 0, sizeof(file));
+    std::memcpy(file, tail.data(), tail.size());
+    call.line = where.line;
+    PointFile();
+  }
+  void PointFile() { call.file = std::string_view(file, strnlen(file, sizeof(file))); }
 
   Header(CollectiveKind k, int n) {
     call.kind = k;
     call.counts.resize(static_cast<size_t>(n));
     call.counts2.resize(static_cast<size_t>(n));
   }
+  Header(const Header& o) : magic(o.magic), call(o.call), color(o.color), key(o.key) {
+    std::memcpy(file, o.file, sizeof(file));
+    PointFile();
+  }
+  Header& operator=(const Header& o) {
+    magic = o.magic, call = o.call, color = o.color, key = o.key;
+    std::memcpy(file, o.file, sizeof(file));
+    PointFile();
+    return *this;
+  }
 
   static int Words(int n) { return kFixed + 2 * n; }
   void Write(int64_t* w) const {
-    const int64_t fixed[kFixed] = {magic,
+    const int64_t fixed[kValues] = {magic,
                                    call.seq,
                                    static_cast<int64_t>(call.kind),
                                    static_cast<int64_t>(call.dtype),
@@ -162,15 +201,19 @@ struct MpiCommunicator::Header {
                                    call.root,
                                    call.count,
                                    color,
-                                   key};
-    std::copy(fixed, fixed + kFixed, w);
+                                   key,
+                                   call.line};
+    std::copy(fixed, fixed + kValues, w);
+    std::memcpy(w + kValues, file, sizeof(file));
     std::copy(call.counts.begin(), call.counts.end(), w + kFixed);
     std::copy(call.counts2.begin(), call.counts2.end(), w + kFixed + call.counts.size());
   }
   void Read(const int64_t* w) {
     magic = w[0], call.seq = w[1], call.kind = static_cast<CollectiveKind>(w[2]);
     call.dtype = static_cast<DType>(w[3]), call.op = static_cast<ReduceOp>(w[4]);
-    call.root = w[5], call.count = w[6], color = w[7], key = w[8];
+    call.root = w[5], call.count = w[6], color = w[7], key = w[8], call.line = w[9];
+    std::memcpy(file, w + kValues, sizeof(file));
+    PointFile();
     const size_t n = call.counts.size();
     std::copy(w + kFixed, w + kFixed + n, call.counts.begin());
     std::copy(w + kFixed + n, w + kFixed + 2 * n, call.counts2.begin());
@@ -348,6 +391,9 @@ StatusOr<std::shared_ptr<MpiCommunicator>> MpiCommunicator::Create(MPI_Comm comm
                                 " ms must be positive");
   }
   MF_ASSIGN_OR_RETURN(std::vector<int> parent_world, WorldRanksOf(comm, "mpi create"));
+  int64_t longest = g_longest_timeout_ms.load();
+  while (opts.timeout.count() > longest && !g_longest_timeout_ms.compare_exchange_weak(longest, opts.timeout.count())) {
+  }
   const std::string where = "mpi create (duplicating the communicator of world ranks " + ListString(parent_world) + ")";
   MPI_Comm dup = MPI_COMM_NULL;
   MPI_Request req = MPI_REQUEST_NULL;
@@ -406,14 +452,19 @@ Status MpiCommunicator::Guarded(const char* what, Body&& body) {
     std::fprintf(stderr, "[meshflow mpi trace] world rank %d: %s -> %s\n", world_rank(), Describe(what).c_str(),
                  s.ToString().c_str());
   }
-  if (!s.ok() && s.code() != StatusCode::kInvalidArgument) broken_ = s;
+  if (!s.ok() && s.code() != StatusCode::kInvalidArgument) {
+    broken_ = s;
+    RecordFatal(s);
+  }
   return s;
 }
 
-Status MpiCommunicator::ExchangeHeaders(Call& call, Header& mine, std::vector<Header>* all) {
+Status MpiCommunicator::ExchangeHeaders(Call& call, Header& mine, const CallerSite& where,
+                                        std::vector<Header>* all) {
   const int n = size();
   const int words = Header::Words(n);
   mine.call.seq = sequence_++;
+  if (options_.check_call_sites) mine.SetSite(where);
   auto* wire = reinterpret_cast<int64_t*>(call.Stage(static_cast<int64_t>(words) * (n + 1) * 8));
   int64_t* my_wire = wire + static_cast<size_t>(n) * static_cast<size_t>(words);
   mine.Write(my_wire);
@@ -494,7 +545,7 @@ Status MpiCommunicator::Validate(const char* what, const std::vector<Header>& al
 // Collectives.
 
 Status MpiCommunicator::AllGatherV(const void* send, int64_t send_count, void* recv,
-                                   std::span<const int64_t> recv_counts, DType dtype) {
+                                   std::span<const int64_t> recv_counts, DType dtype, CallerSite where) {
   const char* what = "all_gather";
   const CallSite site = Site(what);
   const int n = size();
@@ -510,7 +561,7 @@ Status MpiCommunicator::AllGatherV(const void* send, int64_t send_count, void* r
       Header h(CollectiveKind::kAllGather, n);
       h.call.dtype = dtype;
       std::copy(recv_counts.begin(), recv_counts.end(), h.call.counts.begin());
-      MF_RETURN_IF_ERROR(ExchangeHeaders(call, h, nullptr));
+      MF_RETURN_IF_ERROR(ExchangeHeaders(call, h, where, nullptr));
     }
     const void* src = send;
     if (Overlap(send, send_count * es, recv, total * es)) {  // MPI forbids aliasing: stage the input
@@ -532,7 +583,7 @@ Status MpiCommunicator::AllGatherV(const void* send, int64_t send_count, void* r
 }
 
 Status MpiCommunicator::ReduceScatterV(const void* send, std::span<const int64_t> counts, void* recv, DType dtype,
-                                       ReduceOp op) {
+                                       ReduceOp op, CallerSite where) {
   const char* what = "reduce_scatter";
   const CallSite site = Site(what);
   const int n = size();
@@ -550,7 +601,7 @@ Status MpiCommunicator::ReduceScatterV(const void* send, std::span<const int64_t
       h.call.dtype = dtype;
       h.call.op = op;
       std::copy(counts.begin(), counts.end(), h.call.counts.begin());
-      MF_RETURN_IF_ERROR(ExchangeHeaders(call, h, nullptr));
+      MF_RETURN_IF_ERROR(ExchangeHeaders(call, h, where, nullptr));
     }
     // Rank q receives block q of every rank; blocks land in rank order in `staged`. This rank's own
     // block is reduced straight from `send` (not copied through MPI) unless recv overlaps send.
@@ -579,7 +630,8 @@ Status MpiCommunicator::ReduceScatterV(const void* send, std::span<const int64_t
   });
 }
 
-Status MpiCommunicator::AllReduce(const void* send, void* recv, int64_t count, DType dtype, ReduceOp op) {
+Status MpiCommunicator::AllReduce(const void* send, void* recv, int64_t count, DType dtype, ReduceOp op,
+                                  CallerSite where) {
   const char* what = "all_reduce";
   const CallSite site = Site(what);
   const int n = size();
@@ -598,7 +650,7 @@ Status MpiCommunicator::AllReduce(const void* send, void* recv, int64_t count, D
       h.call.dtype = dtype;
       h.call.op = op;
       h.call.count = count;
-      MF_RETURN_IF_ERROR(ExchangeHeaders(call, h, nullptr));
+      MF_RETURN_IF_ERROR(ExchangeHeaders(call, h, where, nullptr));
     }
     std::vector<int> ccounts(static_cast<size_t>(n)), cdispls(static_cast<size_t>(n));
     for (int c = 0; c < n; ++c) {
@@ -642,7 +694,7 @@ Status MpiCommunicator::AllReduce(const void* send, void* recv, int64_t count, D
 }
 
 Status MpiCommunicator::AllToAllV(const void* send, std::span<const int64_t> send_counts, void* recv,
-                                  std::span<const int64_t> recv_counts, DType dtype) {
+                                  std::span<const int64_t> recv_counts, DType dtype, CallerSite where) {
   const char* what = "all_to_all";
   const CallSite site = Site(what);
   const int n = size();
@@ -661,7 +713,7 @@ Status MpiCommunicator::AllToAllV(const void* send, std::span<const int64_t> sen
       h.call.dtype = dtype;
       std::copy(send_counts.begin(), send_counts.end(), h.call.counts.begin());
       std::copy(recv_counts.begin(), recv_counts.end(), h.call.counts2.begin());
-      MF_RETURN_IF_ERROR(ExchangeHeaders(call, h, nullptr));
+      MF_RETURN_IF_ERROR(ExchangeHeaders(call, h, where, nullptr));
     }
     const void* src = send;
     if (Overlap(send, send_total * es, recv, recv_total * es)) {
@@ -683,7 +735,7 @@ Status MpiCommunicator::AllToAllV(const void* send, std::span<const int64_t> sen
   });
 }
 
-Status MpiCommunicator::Broadcast(void* buffer, int64_t count, DType dtype, int root) {
+Status MpiCommunicator::Broadcast(void* buffer, int64_t count, DType dtype, int root, CallerSite where) {
   const char* what = "broadcast";
   const CallSite site = Site(what);
   const int n = size();
@@ -697,7 +749,7 @@ Status MpiCommunicator::Broadcast(void* buffer, int64_t count, DType dtype, int 
       h.call.dtype = dtype;
       h.call.root = root;
       h.call.count = count;
-      MF_RETURN_IF_ERROR(ExchangeHeaders(call, h, nullptr));
+      MF_RETURN_IF_ERROR(ExchangeHeaders(call, h, where, nullptr));
     }
     MPI_Request req = MPI_REQUEST_NULL;
     MF_RETURN_IF_ERROR(call.Check(
@@ -712,13 +764,13 @@ Status MpiCommunicator::Broadcast(void* buffer, int64_t count, DType dtype, int 
   });
 }
 
-Status MpiCommunicator::Barrier() {
+Status MpiCommunicator::Barrier(CallerSite where) {
   const char* what = "barrier";
   return Guarded(what, [&](Call& call) -> Status {
     if (options_.validate) {
       // Receiving every member's header proves that every member has entered the barrier.
       Header h(CollectiveKind::kBarrier, size());
-      return ExchangeHeaders(call, h, nullptr);
+      return ExchangeHeaders(call, h, where, nullptr);
     }
     MPI_Request req = MPI_REQUEST_NULL;
     MF_RETURN_IF_ERROR(call.Check(MPI_Ibarrier(comm_, &req), "MPI_Ibarrier"));
@@ -726,7 +778,7 @@ Status MpiCommunicator::Barrier() {
   });
 }
 
-StatusOr<std::shared_ptr<Communicator>> MpiCommunicator::Split(int color, int key) {
+StatusOr<std::shared_ptr<Communicator>> MpiCommunicator::Split(int color, int key, CallerSite where) {
   const char* what = "split";
   const int n = size();
   std::shared_ptr<Communicator> result;
@@ -737,7 +789,7 @@ StatusOr<std::shared_ptr<Communicator>> MpiCommunicator::Split(int color, int ke
     h.color = color;
     h.key = key;
     std::vector<Header> all;
-    MF_RETURN_IF_ERROR(ExchangeHeaders(call, h, &all));
+    MF_RETURN_IF_ERROR(ExchangeHeaders(call, h, where, &all));
     std::vector<int> members;  // group ranks of this color, ordered by (key, rank)
     if (color >= 0) {
       for (int r = 0; r < n; ++r) {
@@ -902,8 +954,38 @@ StatusOr<std::shared_ptr<Communicator>> MpiWorld(MpiOptions opts) {
 }
 
 Status MpiFinalize() {
-  std::lock_guard<std::mutex> lock(g_init_mu);
+  std::unique_lock<std::mutex> lock(g_init_mu);
   if (!MpiUsable()) return Status();
+  // Finalize only once every rank is known to be finalizing: an MPI_Ibarrier on MPI_COMM_WORLD,
+  // polled against the longest communicator timeout. A rank that never arrives (it aborts, died,
+  // stalled or skipped MpiFinalize) makes this one abort the job instead of entering an MPI_Finalize
+  // that would race the peers' MPI_Abort (OpenMPI/PMIx can then hang or crash in finalize, and
+  // mpirun never ends). A peer's MPI_Abort kills this rank while it polls.
+  // Twice the longest collective timeout: peers that wait for a rank that skipped its last
+  // collectives report it (naming it) before this wait gives up.
+  const int64_t longest = g_longest_timeout_ms.load();
+  const std::chrono::milliseconds timeout(longest > 0 ? 2 * longest : 60000);
+  MPI_Request req = MPI_REQUEST_NULL;
+  Status s = CheckMpi(MPI_Ibarrier(MPI_COMM_WORLD, &req), "MPI_Ibarrier", "MpiFinalize");
+  const Clock::time_point start = Clock::now();
+  for (int it = 0; s.ok(); ++it) {
+    int flag = 0;
+    s = CheckMpi(MPI_Test(&req, &flag, MPI_STATUS_IGNORE), "MPI_Test", "MpiFinalize");
+    if (!s.ok() || flag) break;
+    const Clock::time_point now = Clock::now();
+    if (now - start >= timeout) {
+      const Status fatal = FirstFatal();
+      s = DeadlineExceededError("MpiFinalize: not every rank reached MpiFinalize within " +
+                                std::to_string(timeout.count()) + " ms; aborting the job instead of finalizing" +
+                                (fatal.ok() ? std::string() : " (this rank's first error: " + fatal.ToString() + ")"));
+      break;
+    }
+    Pause(it, now - start);
+  }
+  if (!s.ok()) {
+    lock.unlock();
+    MpiAbort(s);
+  }
   return CheckMpi(MPI_Finalize(), "MPI_Finalize", "MpiFinalize");
 }
 

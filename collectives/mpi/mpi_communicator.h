@@ -84,8 +84,16 @@
 //     (exit code = that rank's code), usually within a second;
 //   - it stalls outside MPI (or skips collectives): the others fail with DeadlineExceeded naming the
 //     collective and the absent ranks after MpiOptions::timeout, then MpiAbort.
-// No path waits forever: every wait in this file has a deadline, except MPI_Finalize (which OpenMPI
-// ends when mpirun kills the job).
+// No path waits forever: every wait in this file has a deadline. MpiFinalize enters MPI_Finalize
+// only after an agreement with a deadline that every rank is finalizing (else it aborts the job), so
+// a finalizing rank never races a peer's MPI_Abort: on any fatal error the job ends by MPI_Abort.
+//
+// Call sites. With validate and MpiOptions::check_call_sites (defaults), the header also carries the
+// call site of the Communicator call (`where`: the last 40 characters of the file name and the line)
+// and the sequence number: a rank that skipped, repeated or reordered a collective makes every member
+// return FailedPrecondition naming both call sites ("mismatched call sites: group rank 0 (world 0) is
+// at its collective #3 all_reduce called at train.cc:40, but group rank 1 (world 1) at #3 all_reduce
+// called at train.cc:42; ...") before any payload moves; then every rank aborts (MpiAbort).
 //
 // Threading: MPI is initialized with MPI_THREAD_SERIALIZED; a communicator must be used by one thread
 // at a time, and calls on different communicators must not overlap. counters() and ResetCounters()
@@ -126,6 +134,10 @@ struct MpiOptions {
   std::chrono::milliseconds timeout{60000};
   // Exchange and check a header before every collective (see the file comment).
   bool validate = true;
+  // With validate: the header also carries the call site (the last 40 characters of the file name
+  // and the line of the Communicator call), compared across ranks (communicator.h). Must be the
+  // same on every rank.
+  bool check_call_sites = true;
 };
 
 class MpiCommunicator final : public Communicator {
@@ -152,17 +164,21 @@ class MpiCommunicator final : public Communicator {
   std::string backend() const override { return "mpi"; }
 
   Status AllGatherV(const void* send, int64_t send_count, void* recv, std::span<const int64_t> recv_counts,
-                    DType dtype) override;
-  Status ReduceScatterV(const void* send, std::span<const int64_t> counts, void* recv, DType dtype,
-                        ReduceOp op) override;
-  Status AllReduce(const void* send, void* recv, int64_t count, DType dtype, ReduceOp op) override;
+                    DType dtype, CallerSite where = CallerSite::Here(__builtin_FILE(), __builtin_LINE())) override;
+  Status ReduceScatterV(const void* send, std::span<const int64_t> counts, void* recv, DType dtype, ReduceOp op,
+                        CallerSite where = CallerSite::Here(__builtin_FILE(), __builtin_LINE())) override;
+  Status AllReduce(const void* send, void* recv, int64_t count, DType dtype, ReduceOp op,
+                   CallerSite where = CallerSite::Here(__builtin_FILE(), __builtin_LINE())) override;
   Status AllToAllV(const void* send, std::span<const int64_t> send_counts, void* recv,
-                   std::span<const int64_t> recv_counts, DType dtype) override;
-  Status Broadcast(void* buffer, int64_t count, DType dtype, int root) override;
-  Status Barrier() override;
+                   std::span<const int64_t> recv_counts, DType dtype,
+                   CallerSite where = CallerSite::Here(__builtin_FILE(), __builtin_LINE())) override;
+  Status Broadcast(void* buffer, int64_t count, DType dtype, int root,
+                   CallerSite where = CallerSite::Here(__builtin_FILE(), __builtin_LINE())) override;
+  Status Barrier(CallerSite where = CallerSite::Here(__builtin_FILE(), __builtin_LINE())) override;
   Status SendRecv(std::span<const SendSpec> sends, std::span<const RecvSpec> recvs, DType dtype) override;
   // The new communicator inherits this one's options.
-  StatusOr<std::shared_ptr<Communicator>> Split(int color, int key) override;
+  StatusOr<std::shared_ptr<Communicator>> Split(int color, int key,
+                                                CallerSite where = CallerSite::Here(__builtin_FILE(), __builtin_LINE())) override;
 
   ByteCounters counters() const override;
   void ResetCounters() override;
@@ -198,7 +214,7 @@ class MpiCommunicator final : public Communicator {
   Status Guarded(const char* what, Body&& body);
   // Posts this rank's header (assigning its sequence number), receives everyone's and checks them
   // (same verdict on every rank). `all` (optional) receives the headers in group-rank order.
-  Status ExchangeHeaders(Call& call, Header& mine, std::vector<Header>* all);
+  Status ExchangeHeaders(Call& call, Header& mine, const CallerSite& where, std::vector<Header>* all);
   Status Validate(const char* what, const std::vector<Header>& all) const;
 
   MPI_Comm comm_;
@@ -221,6 +237,12 @@ StatusOr<std::shared_ptr<Communicator>> MpiWorld(MpiOptions opts = {});
 
 // MPI_Finalize if MPI is initialized and not finalized (whoever initialized it). Collective over the
 // job. Communicators still alive afterwards are inert (their destructors skip MPI_Comm_free).
+// MPI_Finalize is entered only once every rank is known to be in MpiFinalize (an MPI_Ibarrier on
+// MPI_COMM_WORLD polled against twice the longest MpiOptions::timeout of the process's communicators,
+// 60 s without any):
+// when a rank does not arrive in time (it aborts, died, stalled or skipped a collective), this rank
+// calls MpiAbort (DeadlineExceeded "not every rank reached MpiFinalize within T ms") instead, so that
+// no MPI_Finalize races a peer's MPI_Abort (which can hang mpirun in PMIx) and mpirun always ends.
 Status MpiFinalize();
 
 // Calls MpiFinalize() on destruction (ignoring its status; put it first in main).

@@ -8,6 +8,12 @@
 //   kill    rank 1 kills itself with SIGKILL (a crash)
 //   stall   rank 1 sleeps (outside MPI) far longer than TIMEOUT_MS
 //   error   rank 1 hits an error and ends the job with MpiAbort(status, 4)
+//   skip    rank 1 skips the second all_reduce (its third one matches the others' second): every
+//           rank must fail with FailedPrecondition naming both call sites, before any data moves
+//   skip_last  rank 1 skips the last all_reduce and returns from main (MpiFinalizeGuard): the others
+//           time out naming it and abort; rank 1 must not sit in MPI_Finalize (mpirun must end)
+//   late_finalize  rank 1 stalls outside MPI while the others return from main: their
+//           MpiFinalizeGuard must give up after 2 x TIMEOUT_MS and abort the job (not hang)
 // A rank whose collective fails prints the error and calls MpiAbort(status, 2), as any meshflow MPI
 // program should. The wrapper checks that mpirun ends non-zero within a bounded time and, for
 // stall, that the others report DEADLINE_EXCEEDED naming the collective and rank 1.
@@ -26,7 +32,7 @@ namespace {
 
 int Main(int argc, char** argv) {
   if (argc != 3) {
-    std::fprintf(stderr, "usage: %s exit|kill|stall|error TIMEOUT_MS\n", argv[0]);
+    std::fprintf(stderr, "usage: %s exit|kill|stall|error|skip|skip_last|late_finalize TIMEOUT_MS\n", argv[0]);
     return 64;
   }
   const std::string mode = argv[1];
@@ -41,6 +47,40 @@ int Main(int argc, char** argv) {
   if (!s.ok()) MpiAbort(s, 2);
   std::printf("rank %d: warm-up all_reduce ok\n", world.rank());
   std::fflush(stdout);
+  // Every all_reduce sums rank numbers: the exact result is n(n-1)/2.
+  const float expected = static_cast<float>(world.size() * (world.size() - 1) / 2);
+  // `where` passes the caller's line on, so that each call of reduce is its own call site.
+  auto reduce = [&](const char* which, CallerSite where = CallerSite::Here(__builtin_FILE(), __builtin_LINE())) {
+    std::vector<float> y(1000, static_cast<float>(world.rank()));
+    const Status st = world.AllReduce(y.data(), y.data(), 1000, DType::kF32, ReduceOp::kSum, where);
+    if (!st.ok()) MpiAbort(st, 2);
+    for (float v : y) {
+      if (v != expected) {
+        std::printf("rank %d: wrong value %g (expected %g) after the %s all_reduce\n", world.rank(), v, expected,
+                    which);
+        std::fflush(stdout);
+        MpiAbort(InternalError("wrong values"), 5);
+      }
+    }
+  };
+  if (mode == "late_finalize") {
+    if (world.rank() == 1) {
+      std::fprintf(stderr, "rank 1: stalling outside MPI instead of finalizing\n");
+      std::fflush(stderr);
+      sleep(600);
+    }
+    return 0;
+  }
+  if (mode == "skip" || mode == "skip_last") {
+    if (mode == "skip_last" && world.rank() == 1) {
+      std::fprintf(stderr, "rank 1: skipping the last all_reduce and finalizing\n");
+      return 0;
+    }
+    if (mode == "skip" && world.rank() != 1) reduce("second");
+    reduce("third");
+    std::printf("rank %d: all_reduce after the skip completed (unexpected)\n", world.rank());
+    return 0;
+  }
   if (world.rank() == 1) {
     if (mode == "exit") {
       std::fprintf(stderr, "rank 1: exiting with code 3 before the all_reduce\n");

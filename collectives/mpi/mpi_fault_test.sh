@@ -17,7 +17,7 @@ done
 source "$env_file" || { echo "mpi_env.sh not found"; exit 2; }
 
 TIMEOUT_MS=3000   # collective timeout inside the job (stall mode)
-HARD=40           # hard limit per mpirun (6 runs stay under the 300 s of a medium test)
+HARD=40           # hard limit per mpirun (the runs stay well under the 300 s of a medium test)
 MAX_SECONDS=30    # the job must be over by then
 passed=0
 failed=0
@@ -45,6 +45,8 @@ run() {
     why="took ${elapsed}s > ${MAX_SECONDS}s"
   elif grep -q "second all_reduce completed" "$log"; then
     why="a rank completed the collective without rank 1"
+  elif grep -Eq "wrong value|after the skip completed" "$log"; then
+    why="a rank used the data of a mismatched collective"
   fi
   for pattern in "$@"; do
     if [[ -z "$why" ]] && ! grep -Eq -- "$pattern" "$log"; then why="output lacks /$pattern/"; fi
@@ -69,6 +71,20 @@ run 4 stall 2 "DEADLINE_EXCEEDED: mpi all_reduce on group \[0,1,2,3\] \(world ra
   "group ranks \[1\] \(world ranks \[1\]\) did not arrive" "aborting the MPI job"
 run 8 stall 2 "DEADLINE_EXCEEDED: mpi all_reduce on group \[0,1,2,3,4,5,6,7\]" \
   "group ranks \[1\] \(world ranks \[1\]\) did not arrive"
+
+# A skipped collective: every rank reports the mismatch with both call sites and aborts (mpirun may
+# kill some before they print); repeated, since the end of the job (every rank in MPI_Abort at
+# once) is the racy part.
+for i in 1 2 3 4 5; do
+  run 4 skip 2 "FAILED_PRECONDITION: mpi all_reduce on group \[0,1,2,3\] \(world ranks\): mismatched call sites: group rank 0 \(world 0\) is at its collective #1 all_reduce called at [^ ]*mpi_fault_test\.cc:[0-9]+, but group rank 1 \(world 1\) at #1 all_reduce called at [^ ]*mpi_fault_test\.cc:[0-9]+" \
+    "rank [0-9]: aborting the MPI job: FAILED_PRECONDITION"
+done
+# A rank skips the last collective and finalizes while the others time out and abort.
+for i in 1 2; do
+  run 4 skip_last 2 "group ranks \[1\] \(world ranks \[1\]\) did not arrive" "aborting the MPI job"
+done
+# A rank never reaches MpiFinalize: the others give up after twice the timeout and abort.
+run 4 late_finalize 1 "MpiFinalize: not every rank reached MpiFinalize within 6000 ms; aborting the job instead of finalizing"
 
 echo "mpi fault test: $passed passed, $failed failed"
 [[ $failed -eq 0 ]]

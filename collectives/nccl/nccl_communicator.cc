@@ -673,7 +673,7 @@ Status NcclCommunicator::DeviceSendRecv(std::span<const SendSpec> sends, std::sp
 // blocks the host until the stream reaches it, which would bypass the timeout.
 
 Status NcclCommunicator::AllGatherV(const void* send, int64_t send_count, void* recv,
-                                    std::span<const int64_t> recv_counts, DType dtype) {
+                                    std::span<const int64_t> recv_counts, DType dtype, CallerSite) {
   const char* what = "all_gather";
   MF_RETURN_IF_ERROR(Begin(what, CheckAllGather(Site(what), send, send_count, recv, recv_counts), /*host=*/true));
   const int64_t es = DTypeSize(dtype);
@@ -685,7 +685,7 @@ Status NcclCommunicator::AllGatherV(const void* send, int64_t send_count, void* 
 }
 
 Status NcclCommunicator::ReduceScatterV(const void* send, std::span<const int64_t> counts, void* recv, DType dtype,
-                                        ReduceOp op) {
+                                        ReduceOp op, CallerSite) {
   const char* what = "reduce_scatter";
   MF_RETURN_IF_ERROR(Begin(what, CheckReduceScatter(Site(what), send, counts, recv), /*host=*/true));
   const int64_t es = DTypeSize(dtype);
@@ -697,7 +697,8 @@ Status NcclCommunicator::ReduceScatterV(const void* send, std::span<const int64_
   return Counted(ReduceScatterBytes(counts, rank_, es));
 }
 
-Status NcclCommunicator::AllReduce(const void* send, void* recv, int64_t count, DType dtype, ReduceOp op) {
+Status NcclCommunicator::AllReduce(const void* send, void* recv, int64_t count, DType dtype, ReduceOp op,
+                                   CallerSite) {
   const char* what = "all_reduce";
   MF_RETURN_IF_ERROR(Begin(what, CheckAllReduce(Site(what), send, recv, count), /*host=*/true));
   const int64_t es = DTypeSize(dtype);
@@ -709,7 +710,7 @@ Status NcclCommunicator::AllReduce(const void* send, void* recv, int64_t count, 
 }
 
 Status NcclCommunicator::AllToAllV(const void* send, std::span<const int64_t> send_counts, void* recv,
-                                   std::span<const int64_t> recv_counts, DType dtype) {
+                                   std::span<const int64_t> recv_counts, DType dtype, CallerSite) {
   const char* what = "all_to_all";
   MF_RETURN_IF_ERROR(Begin(what, CheckAllToAll(Site(what), send, send_counts, recv, recv_counts), /*host=*/true));
   const int64_t es = DTypeSize(dtype);
@@ -720,7 +721,7 @@ Status NcclCommunicator::AllToAllV(const void* send, std::span<const int64_t> se
   return Counted(AllToAllBytes(send_counts, recv_counts, rank_, es));
 }
 
-Status NcclCommunicator::Broadcast(void* buffer, int64_t count, DType dtype, int root) {
+Status NcclCommunicator::Broadcast(void* buffer, int64_t count, DType dtype, int root, CallerSite) {
   const char* what = "broadcast";
   MF_RETURN_IF_ERROR(Begin(what, CheckBroadcast(Site(what), buffer, count, root), /*host=*/true));
   const int64_t es = DTypeSize(dtype);
@@ -733,7 +734,7 @@ Status NcclCommunicator::Broadcast(void* buffer, int64_t count, DType dtype, int
   return Counted(BroadcastBytes(count, size(), rank_, root, es));
 }
 
-Status NcclCommunicator::Barrier() {
+Status NcclCommunicator::Barrier(CallerSite) {
   const char* what = "barrier";
   MF_RETURN_IF_ERROR(Begin(what, Status(), /*host=*/true));
   if (size() == 1) return Synchronize(stream_, what);
@@ -781,7 +782,7 @@ Status NcclCommunicator::SendRecv(std::span<const SendSpec> sends, std::span<con
   return Counted(SendRecvBytes(sends, recvs, rank_, es));
 }
 
-StatusOr<std::shared_ptr<Communicator>> NcclCommunicator::Split(int color, int key) {
+StatusOr<std::shared_ptr<Communicator>> NcclCommunicator::Split(int color, int key, CallerSite) {
   const char* what = "split";
   MF_RETURN_IF_ERROR(Begin(what, Status(), /*host=*/true));
   const int n = size();

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstring>
 #include <deque>
+#include <exception>
 #include <memory>
 #include <string>
 #include <thread>
@@ -73,6 +74,32 @@ std::vector<int64_t> Offsets(std::span<const int64_t> counts) {
 
 class GroupState;
 
+// What Run watches: which ranks have returned, their results, and whether the run has failed (a
+// rank returned an error, or a group broke: a timeout or a mismatch). Shared by Run, the rank threads
+// and every group, so that an abandoned rank thread never touches freed memory. Its mutex is a leaf
+// lock (taken under a group's or the run's lock, never the other way round).
+struct RunMonitor {
+  explicit RunMonitor(int n) : results(static_cast<size_t>(n)), finished(static_cast<size_t>(n), false) {}
+  void Fail() {
+    std::lock_guard<std::mutex> lock(mu);
+    failed = true;
+    cv.notify_all();
+  }
+  void Finish(int rank, Status s) {
+    std::lock_guard<std::mutex> lock(mu);
+    results[static_cast<size_t>(rank)] = std::move(s);
+    finished[static_cast<size_t>(rank)] = true;
+    ++done;
+    cv.notify_all();
+  }
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<Status> results;
+  std::vector<bool> finished;
+  int done = 0;
+  bool failed = false;
+};
+
 // What one rank posts for a collective.
 struct Post {
   CollectiveCall call;  // what the members must agree on (collectives/call_check.h)
@@ -100,11 +127,13 @@ struct Message {
 // Shared state of one group (all members hold it through their communicators).
 class GroupState {
  public:
-  GroupState(std::vector<int> world_ranks, std::chrono::milliseconds timeout, std::shared_ptr<CounterTable> counters)
+  GroupState(std::vector<int> world_ranks, std::chrono::milliseconds timeout, std::shared_ptr<CounterTable> counters,
+             std::shared_ptr<RunMonitor> monitor)
       : world_ranks_(std::move(world_ranks)),
         n_(static_cast<int>(world_ranks_.size())),
         timeout_(timeout),
         counters_(std::move(counters)),
+        monitor_(std::move(monitor)),
         posts_(static_cast<size_t>(n_)),
         arrived_(static_cast<size_t>(n_), false),
         mailbox_(static_cast<size_t>(n_) * static_cast<size_t>(n_)) {}
@@ -147,6 +176,7 @@ class GroupState {
                                     " ms (waiting at " + RankName(rank) + "); group ranks " + ListString(missing) +
                                     " (world ranks " + ListString(missing_world) + ") did not arrive");
     cv_.notify_all();
+    monitor_->Fail();
     return broken_;
   }
 
@@ -184,6 +214,7 @@ class GroupState {
   void BreakLocked(const Status& why) {
     if (broken_.ok()) broken_ = why;
     cv_.notify_all();
+    monitor_->Fail();
   }
   // A new call on a broken group.
   Status EnterBrokenError(const char* what) const {
@@ -219,6 +250,7 @@ class GroupState {
   const int n_;
   const std::chrono::milliseconds timeout_;
   const std::shared_ptr<CounterTable> counters_;
+  const std::shared_ptr<RunMonitor> monitor_;
 
   std::mutex mu_;
   std::condition_variable cv_;
@@ -333,11 +365,17 @@ Status GroupState::SendRecv(int me, std::span<const SendSpec> sends, std::span<c
 // This Run's groups, so that a failing rank can abort all of them.
 class RunState {
  public:
-  RunState(std::chrono::milliseconds timeout, std::shared_ptr<CounterTable> counters)
-      : timeout_(timeout), counters_(std::move(counters)) {}
+  RunState(const ThreadWorldOptions& opts, std::shared_ptr<CounterTable> counters, std::shared_ptr<RunMonitor> monitor)
+      : timeout_(opts.timeout),
+        check_call_sites_(opts.check_call_sites),
+        counters_(std::move(counters)),
+        monitor_(std::move(monitor)) {}
+
+  bool check_call_sites() const { return check_call_sites_; }
+  RunMonitor& monitor() { return *monitor_; }
 
   std::shared_ptr<GroupState> NewGroup(std::vector<int> world_ranks) {
-    auto g = std::make_shared<GroupState>(std::move(world_ranks), timeout_, counters_);
+    auto g = std::make_shared<GroupState>(std::move(world_ranks), timeout_, counters_, monitor_);
     std::lock_guard<std::mutex> lock(mu_);
     if (!aborted_.ok()) g->Break(aborted_);
     groups_.push_back(g);
@@ -356,7 +394,9 @@ class RunState {
 
  private:
   const std::chrono::milliseconds timeout_;
+  const bool check_call_sites_;
   const std::shared_ptr<CounterTable> counters_;
+  const std::shared_ptr<RunMonitor> monitor_;
   std::mutex mu_;
   Status aborted_;
   std::vector<std::weak_ptr<GroupState>> groups_;
@@ -399,18 +439,19 @@ class ThreadComm final : public Communicator {
   std::string backend() const override { return "threads"; }
 
   Status AllGatherV(const void* send, int64_t send_count, void* recv, std::span<const int64_t> recv_counts,
-                    DType dtype) override;
-  Status ReduceScatterV(const void* send, std::span<const int64_t> counts, void* recv, DType dtype,
-                        ReduceOp op) override;
-  Status AllReduce(const void* send, void* recv, int64_t count, DType dtype, ReduceOp op) override;
+                    DType dtype, CallerSite where) override;
+  Status ReduceScatterV(const void* send, std::span<const int64_t> counts, void* recv, DType dtype, ReduceOp op,
+                        CallerSite where) override;
+  Status AllReduce(const void* send, void* recv, int64_t count, DType dtype, ReduceOp op,
+                   CallerSite where) override;
   Status AllToAllV(const void* send, std::span<const int64_t> send_counts, void* recv,
-                   std::span<const int64_t> recv_counts, DType dtype) override;
-  Status Broadcast(void* buffer, int64_t count, DType dtype, int root) override;
-  Status Barrier() override;
+                   std::span<const int64_t> recv_counts, DType dtype, CallerSite where) override;
+  Status Broadcast(void* buffer, int64_t count, DType dtype, int root, CallerSite where) override;
+  Status Barrier(CallerSite where) override;
   Status SendRecv(std::span<const SendSpec> sends, std::span<const RecvSpec> recvs, DType dtype) override {
     return group_->SendRecv(rank_, sends, recvs, dtype);
   }
-  StatusOr<std::shared_ptr<Communicator>> Split(int color, int key) override;
+  StatusOr<std::shared_ptr<Communicator>> Split(int color, int key, CallerSite where) override;
 
   ByteCounters counters() const override {
     const threads_internal::RankCounters& c = run_->counters().ranks[static_cast<size_t>(world_rank())];
@@ -427,8 +468,13 @@ class ThreadComm final : public Communicator {
   // group_->Sync() as a mid barrier, identically on every rank), phase 2, then `after` (writes
   // that must wait until no peer reads this rank's buffers). A mismatch breaks the group.
   template <typename Data, typename After>
-  Status Collective(Post post, Data&& data, After&& after) {
+  Status Collective(Post post, const CallerSite& where, Data&& data, After&& after) {
     const char* what = CollectiveKindName(post.call.kind);
+    post.call.seq = seq_++;
+    if (run_->check_call_sites()) {
+      post.call.file = where.file_name();
+      post.call.line = where.line;
+    }
     MF_RETURN_IF_ERROR(group_->Arrive(rank_, std::move(post), what));
     Status s = ValidatePosts(*group_);
     if (s.ok()) s = data();
@@ -446,6 +492,7 @@ class ThreadComm final : public Communicator {
   std::shared_ptr<RunState> run_;
   std::shared_ptr<GroupState> group_;
   int rank_;
+  int64_t seq_ = 0;  // sequence number of this communicator's next collective
   Scratch scratch_;  // one call's staging at a time (calls on a communicator are sequential)
 };
 
@@ -472,7 +519,7 @@ class StagedOutput {
 };
 
 Status ThreadComm::AllGatherV(const void* send, int64_t send_count, void* recv, std::span<const int64_t> recv_counts,
-                              DType dtype) {
+                              DType dtype, CallerSite where) {
   const CallSite site = Site("all_gather");
   MF_RETURN_IF_ERROR(CheckCounts(site, "recv_counts", recv_counts));
   MF_RETURN_IF_ERROR(CheckSendCount(site, send_count, recv_counts));
@@ -490,7 +537,7 @@ Status ThreadComm::AllGatherV(const void* send, int64_t send_count, void* recv, 
   post.recv = recv;
   const std::vector<int64_t> off = Offsets(recv_counts);
   return Collective(
-      std::move(post),
+      std::move(post), where,
       [&]() -> Status {
         for (int q = 0; q < size(); ++q) {
           const int64_t bytes = recv_counts[static_cast<size_t>(q)] * es;
@@ -503,7 +550,7 @@ Status ThreadComm::AllGatherV(const void* send, int64_t send_count, void* recv, 
 }
 
 Status ThreadComm::ReduceScatterV(const void* send, std::span<const int64_t> counts, void* recv, DType dtype,
-                                  ReduceOp op) {
+                                  ReduceOp op, CallerSite where) {
   const CallSite site = Site("reduce_scatter");
   MF_RETURN_IF_ERROR(CheckCounts(site, "counts", counts));
   const int64_t total = Sum(counts);
@@ -522,7 +569,7 @@ Status ThreadComm::ReduceScatterV(const void* send, std::span<const int64_t> cou
   post.recv = recv;
   const int64_t my_off = Offsets(counts)[static_cast<size_t>(rank_)];
   return Collective(
-      std::move(post),
+      std::move(post), where,
       [&]() -> Status {
         std::vector<const void*> inputs(static_cast<size_t>(size()));
         for (int r = 0; r < size(); ++r) {
@@ -534,7 +581,8 @@ Status ThreadComm::ReduceScatterV(const void* send, std::span<const int64_t> cou
       [&] { out.Finish(); });
 }
 
-Status ThreadComm::AllReduce(const void* send, void* recv, int64_t count, DType dtype, ReduceOp op) {
+Status ThreadComm::AllReduce(const void* send, void* recv, int64_t count, DType dtype, ReduceOp op,
+                             CallerSite where) {
   const CallSite site = Site("all_reduce");
   MF_RETURN_IF_ERROR(CheckBuffer(site, "send", send, count));
   MF_RETURN_IF_ERROR(CheckBuffer(site, "recv", recv, count));
@@ -554,7 +602,7 @@ Status ThreadComm::AllReduce(const void* send, void* recv, int64_t count, DType 
   post.send = send;
   post.recv = recv;
   return Collective(
-      std::move(post),
+      std::move(post), where,
       [&]() -> Status {
         // Reduce-scatter: this rank reduces its chunk, reading every rank's send in rank order.
         std::vector<const void*> inputs(static_cast<size_t>(n));
@@ -579,7 +627,7 @@ Status ThreadComm::AllReduce(const void* send, void* recv, int64_t count, DType 
 }
 
 Status ThreadComm::AllToAllV(const void* send, std::span<const int64_t> send_counts, void* recv,
-                             std::span<const int64_t> recv_counts, DType dtype) {
+                             std::span<const int64_t> recv_counts, DType dtype, CallerSite where) {
   const CallSite site = Site("all_to_all");
   MF_RETURN_IF_ERROR(CheckCounts(site, "send_counts", send_counts));
   MF_RETURN_IF_ERROR(CheckCounts(site, "recv_counts", recv_counts));
@@ -599,7 +647,7 @@ Status ThreadComm::AllToAllV(const void* send, std::span<const int64_t> send_cou
   post.recv = recv;
   const std::vector<int64_t> roff = Offsets(recv_counts);
   return Collective(
-      std::move(post),
+      std::move(post), where,
       [&]() -> Status {
         for (int s = 0; s < size(); ++s) {
           const Post& p = group_->post(s);
@@ -614,7 +662,7 @@ Status ThreadComm::AllToAllV(const void* send, std::span<const int64_t> send_cou
       [&] { out.Finish(); });
 }
 
-Status ThreadComm::Broadcast(void* buffer, int64_t count, DType dtype, int root) {
+Status ThreadComm::Broadcast(void* buffer, int64_t count, DType dtype, int root, CallerSite where) {
   const CallSite site = Site("broadcast");
   MF_RETURN_IF_ERROR(CheckRoot(site, root));
   MF_RETURN_IF_ERROR(CheckBuffer(site, "buffer", buffer, count));
@@ -627,7 +675,7 @@ Status ThreadComm::Broadcast(void* buffer, int64_t count, DType dtype, int root)
   post.send = buffer;
   post.recv = buffer;
   return Collective(
-      std::move(post),
+      std::move(post), where,
       [&]() -> Status {
         if (rank_ != root) {
           Copy(buffer, group_->post(root).send, count * es);
@@ -638,14 +686,14 @@ Status ThreadComm::Broadcast(void* buffer, int64_t count, DType dtype, int root)
       [] {});
 }
 
-Status ThreadComm::Barrier() {
+Status ThreadComm::Barrier(CallerSite where) {
   Post post;
   post.call.kind = CollectiveKind::kBarrier;
   return Collective(
-      std::move(post), []() -> Status { return Status(); }, [] {});
+      std::move(post), where, []() -> Status { return Status(); }, [] {});
 }
 
-StatusOr<std::shared_ptr<Communicator>> ThreadComm::Split(int color, int key) {
+StatusOr<std::shared_ptr<Communicator>> ThreadComm::Split(int color, int key, CallerSite where) {
   Post post;
   post.call.kind = CollectiveKind::kSplit;
   post.color = color;
@@ -653,7 +701,7 @@ StatusOr<std::shared_ptr<Communicator>> ThreadComm::Split(int color, int key) {
   std::shared_ptr<GroupState> mine;
   int my_index = -1;
   Status s = Collective(
-      std::move(post),
+      std::move(post), where,
       [&]() -> Status {
         std::vector<int> members;  // group ranks of this color, ordered by (key, rank)
         if (color >= 0) {
@@ -700,30 +748,80 @@ StatusOr<std::unique_ptr<ThreadWorld>> ThreadWorld::Create(int n, ThreadWorldOpt
 Status ThreadWorld::Run(std::function<Status(Communicator& world_comm)> fn) {
   if (!fn) return InvalidArgumentError("ThreadWorld::Run: empty function");
   std::lock_guard<std::mutex> run_lock(run_mu_);
-  auto run = std::make_shared<RunState>(options_.timeout, counters_);
+  if (!broken_.ok()) {
+    return FailedPreconditionError("ThreadWorld::Run: the world is broken by an earlier Run and cannot run again: " +
+                                   broken_.message());
+  }
+  // Everything a rank thread touches is shared (not on this stack frame): a rank that never returns
+  // is abandoned (detached) and may outlive this call.
+  auto monitor = std::make_shared<RunMonitor>(n_);
+  auto run = std::make_shared<RunState>(options_, counters_, monitor);
+  auto shared_fn = std::make_shared<std::function<Status(Communicator&)>>(std::move(fn));
   std::vector<int> all(static_cast<size_t>(n_));
   for (int i = 0; i < n_; ++i) all[static_cast<size_t>(i)] = i;
   std::shared_ptr<GroupState> world_group = run->NewGroup(std::move(all));
-  std::vector<Status> results(static_cast<size_t>(n_));
   std::vector<std::thread> threads;
   threads.reserve(static_cast<size_t>(n_));
   for (int i = 0; i < n_; ++i) {
-    threads.emplace_back([&, i] {
+    threads.emplace_back([run, world_group, shared_fn, i] {
       Status s;
       {
         ThreadComm comm(run, world_group, i);
-        s = fn(comm);
+        // An exception must not cross the thread boundary (std::terminate): it becomes this rank's
+        // status, and aborts the world like any error.
+        try {
+          s = (*shared_fn)(comm);
+        } catch (const std::exception& e) {
+          s = InternalError(std::string("the rank's function threw an exception: ") + e.what());
+        } catch (...) {
+          s = InternalError("the rank's function threw an exception that is not a std::exception");
+        }
       }
       if (!s.ok()) run->Abort(AbortedError("rank " + std::to_string(i) + " failed: " + s.ToString()));
-      results[static_cast<size_t>(i)] = std::move(s);
+      run->monitor().Finish(i, std::move(s));
     });
   }
-  for (std::thread& t : threads) t.join();
+  // Wait for every rank; once the run has failed (a rank returned an error, or a group broke on a
+  // timeout or a mismatch), the ranks still running get one more timeout to return: a rank stuck
+  // outside the library (user code) is then abandoned.
+  std::vector<Status> results;
+  std::vector<bool> finished;
+  {
+    std::unique_lock<std::mutex> lock(monitor->mu);
+    monitor->cv.wait(lock, [&] { return monitor->done == n_ || monitor->failed; });
+    if (monitor->done < n_) {
+      monitor->cv.wait_for(lock, options_.timeout, [&] { return monitor->done == n_; });
+    }
+    results = monitor->results;
+    finished = monitor->finished;
+  }
+  std::vector<int> stuck;
+  for (int i = 0; i < n_; ++i) {
+    std::thread& t = threads[static_cast<size_t>(i)];
+    if (finished[static_cast<size_t>(i)]) {
+      t.join();  // it has recorded its result; join waits only for the thread's exit
+    } else {
+      stuck.push_back(i);
+      t.detach();
+    }
+  }
+  std::string first_error;
   for (int i = 0; i < n_; ++i) {
     const Status& s = results[static_cast<size_t>(i)];
-    if (!s.ok()) return s.WithContext("rank " + std::to_string(i));
+    if (!s.ok() && finished[static_cast<size_t>(i)]) {
+      if (stuck.empty()) return s.WithContext("rank " + std::to_string(i));
+      if (first_error.empty()) first_error = "rank " + std::to_string(i) + ": " + s.ToString();
+    }
   }
-  return Status();
+  if (stuck.empty()) return Status();
+  broken_ = DeadlineExceededError(
+      "ThreadWorld::Run: " + (stuck.size() > 1 ? "ranks " + ListString(stuck) : "rank " + std::to_string(stuck[0])) +
+      " did not return within " + std::to_string(options_.timeout.count()) +
+      " ms after the run failed (stuck outside the library, e.g. in user code); " +
+      (stuck.size() > 1 ? "their threads are" : "its thread is") +
+      " detached and abandoned, and this world is broken (later Run calls fail); first error: " +
+      (first_error.empty() ? std::string("none returned") : first_error));
+  return broken_;
 }
 
 ByteCounters ThreadWorld::counters(int world_rank) const {

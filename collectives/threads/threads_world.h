@@ -53,6 +53,25 @@
 // (or later entering) a collective get Aborted naming the failing rank instead of waiting for the
 // timeout.
 //
+// Call checks. Each collective posts its per-communicator sequence number and, with
+// ThreadWorldOptions::check_call_sites (default), its call site (the `where` of the Communicator
+// call); the members compare them with the arguments before any data moves, so a rank that
+// skipped, repeated or reordered a collective fails every member with FailedPrecondition naming both
+// call sites and sequence numbers (collectives/call_check.h), never with wrong values.
+//
+// Watchdog. A rank that does not reach a collective within the timeout is named (DeadlineExceeded,
+// "group ranks [1] (world ranks [1]) did not arrive") on every member waiting for it. Once a Run
+// has failed (a rank returned an error or threw, or a group broke on a timeout or a mismatch), the
+// ranks still running get one more timeout to return; a rank that does not (stuck outside the
+// library, e.g. in user code, where it cannot be interrupted) is abandoned: its thread is detached
+// and keeps running until the function returns on its own (its later collectives fail at once with
+// Aborted, since its groups are broken), Run returns DeadlineExceeded naming the stuck ranks and the
+// first error, and the world is broken: every later Run fails with FailedPrecondition. Whatever the
+// function uses by reference must outlive such a thread. A run whose ranks all return OK (no failure)
+// waits for them however long they compute. An exception thrown by a rank's function is caught in
+// its thread and becomes that rank's status (Internal, "the rank's function threw an exception:
+// <what()>"), which aborts the world like any error.
+//
 // Thread safety: a Communicator is used by its own rank's thread only. Run calls on one world are
 // serialized; counters() and ResetCounters() may be called at any time.
 #ifndef MESHFLOW_COLLECTIVES_THREADS_THREADS_WORLD_H_
@@ -75,6 +94,10 @@ struct CounterTable;
 struct ThreadWorldOptions {
   // Bound on every blocking wait (rendezvous of a collective, a SendRecv receive or completion).
   std::chrono::milliseconds timeout{30000};
+  // Compare every member's call site (file:line of the Communicator call) before each collective;
+  // a rank that skipped or reordered a collective then fails every member with FailedPrecondition
+  // naming both call sites (communicator.h). Off: only sequence numbers and arguments are compared.
+  bool check_call_sites = true;
 };
 
 class ThreadWorld {
@@ -93,7 +116,9 @@ class ThreadWorld {
   // Split are valid during this Run only). Returns OK, or the first non-OK status in rank order
   // with context "rank i: ...". A non-OK return of any rank aborts this Run's groups (see above).
   // Each Run starts with fresh, unbroken groups; byte counters persist across runs.
-  // Errors: fn is empty (InvalidArgument).
+  // Errors: fn is empty (InvalidArgument); a rank did not return within the timeout after the run
+  // failed (DeadlineExceeded naming it; the world is then broken, see "Watchdog"); the world is
+  // broken by such an earlier Run (FailedPrecondition).
   Status Run(std::function<Status(Communicator& world_comm)> fn);
 
   // Bytes sent / received by `world_rank` since the last reset, over all communicators and runs.
@@ -109,6 +134,7 @@ class ThreadWorld {
   ThreadWorldOptions options_;
   std::shared_ptr<threads_internal::CounterTable> counters_;
   std::mutex run_mu_;
+  Status broken_;  // set (under run_mu_) when a Run abandoned a rank thread
 };
 
 }  // namespace meshflow

@@ -5,8 +5,11 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstring>
+#include <memory>
 #include <mutex>
+#include <stdexcept>
 #include <random>
 #include <string>
 #include <vector>
@@ -872,6 +875,22 @@ TEST(ThreadWorldTest, ARankErrorAbortsThePeersFast) {
   EXPECT_TRUE(s.ok()) << s;
 }
 
+// A status agreed across ranks that already names the failing rank (as the checkpoint's
+// "rank 0: ..." does on every rank) came back from Run as "rank 0: rank 0: ...".
+TEST(ThreadWorldTest, RunDoesNotRepeatTheRankPrefix) {
+  auto world = MakeWorld(2, milliseconds(20000));
+  Status s = world->Run([](Communicator&) -> Status { return UnavailableError("rank 0: disk full"); });
+  EXPECT_EQ(s.code(), StatusCode::kUnavailable) << s;
+  EXPECT_EQ(s.message(), "rank 0: disk full");
+  // Another rank's report of rank 0's failure keeps both names.
+  s = world->Run([](Communicator& c) -> Status {
+    return c.rank() == 1 ? UnavailableError("rank 0: disk full") : Status();
+  });
+  EXPECT_EQ(s.message(), "rank 1: rank 0: disk full");
+  s = world->Run([](Communicator&) -> Status { return UnavailableError("disk full"); });
+  EXPECT_EQ(s.message(), "rank 0: disk full");
+}
+
 TEST(ThreadWorldTest, AbortReachesSubGroupsAndPointToPoint) {
   auto world = MakeWorld(4, milliseconds(20000));
   PerRank pr(4);
@@ -897,6 +916,160 @@ TEST(ThreadWorldTest, AbortReachesSubGroupsAndPointToPoint) {
     EXPECT_EQ(pr.statuses[r].code(), StatusCode::kAborted) << pr.statuses[r];
     EXPECT_TRUE(Contains(pr.statuses[r], "rank 3 failed")) << pr.statuses[r];
   }
+}
+
+// The file name as CallerSite spells it in this test.
+std::string ThisFile() { return CallerSite::Here(__builtin_FILE(), __builtin_LINE()).file_name(); }
+
+TEST(ThreadWorldTest, ASkippedAllReduceFailsEveryRankBeforeDataIsUsed) {
+  auto world = MakeWorld(3, milliseconds(20000));  // the check must not need the timeout
+  PerRank first(3);
+  std::vector<std::vector<float>> out(3, std::vector<float>(4, -1.0f));
+  std::atomic<int> line_a{0}, line_b{0};  // the lines of the two calls (written by every rank)
+  const auto start = std::chrono::steady_clock::now();
+  Status s = world->Run([&](Communicator& c) -> Status {
+    std::vector<float> x(4, 1.0f);
+    float* y = out[static_cast<size_t>(c.rank())].data();
+    Status st;
+    if (c.rank() != 1) {  // rank 1 skips the first all_reduce; its second one must not match it
+      line_a.store(__LINE__); st = c.AllReduce(x.data(), y, 4, DType::kF32, ReduceOp::kSum);
+    }
+    if (st.ok()) {
+      line_b.store(__LINE__); st = c.AllReduce(x.data(), y, 4, DType::kF32, ReduceOp::kSum);
+    }
+    first.Set(c.rank(), st);
+    return st;
+  });
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << s;
+  const std::string site_a = ThisFile() + ":" + std::to_string(line_a.load());
+  const std::string site_b = ThisFile() + ":" + std::to_string(line_b.load());
+  for (int r = 0; r < 3; ++r) {
+    const Status& f = first.statuses[static_cast<size_t>(r)];
+    EXPECT_EQ(f.code(), StatusCode::kFailedPrecondition) << "rank " << r << ": " << f;
+    EXPECT_TRUE(Contains(f, "mismatched call sites: group rank 0 (world 0) is at its collective #0 all_reduce "
+                            "called at " + site_a + ", but group rank 1 (world 1) at #0 all_reduce called at " + site_b))
+        << f;
+    EXPECT_TRUE(Contains(f, "a rank skipped, repeated or reordered a collective")) << f;
+    // No rank received anything.
+    for (float v : out[static_cast<size_t>(r)]) EXPECT_EQ(v, -1.0f) << "rank " << r;
+  }
+}
+
+TEST(ThreadWorldTest, AReorderedCollectiveNamesBothCallSites) {
+  auto world = MakeWorld(2);
+  PerRank first(2);
+  Status s = world->Run([&](Communicator& c) -> Status {
+    float x[2] = {1, 2};
+    Status st = c.rank() == 0 ? c.AllReduce(x, x, 2, DType::kF32, ReduceOp::kSum) : c.Broadcast(x, 2, DType::kF32, 0);
+    first.Set(c.rank(), st);
+    return Status();
+  });
+  ASSERT_TRUE(s.ok()) << s;
+  for (int r = 0; r < 2; ++r) {
+    const Status& f = first.statuses[static_cast<size_t>(r)];
+    EXPECT_EQ(f.code(), StatusCode::kFailedPrecondition) << f;
+    EXPECT_TRUE(Contains(f, "mismatched collectives: all_reduce at group rank 0 (world 0) vs broadcast at group rank 1"))
+        << f;
+    EXPECT_TRUE(Contains(f, "[group rank 0 (world 0): #0 all_reduce called at " + ThisFile() + ":")) << f;
+    EXPECT_TRUE(Contains(f, "group rank 1 (world 1): #0 broadcast called at " + ThisFile() + ":")) << f;
+  }
+}
+
+TEST(ThreadWorldTest, CallSiteCheckCanBeTurnedOff) {
+  ThreadWorldOptions opts;
+  opts.check_call_sites = false;
+  auto world = ThreadWorld::Create(2, opts);
+  ASSERT_TRUE(world.ok()) << world.status();
+  // Two different lines with the same arguments: matched (the speed option trusts the program).
+  Status s = (*world)->Run([&](Communicator& c) -> Status {
+    int32_t v = c.rank() + 1;
+    if (c.rank() == 0) return c.AllReduce(&v, &v, 1, DType::kI32, ReduceOp::kSum);
+    MF_RETURN_IF_ERROR(c.AllReduce(&v, &v, 1, DType::kI32, ReduceOp::kSum));
+    return v == 3 ? Status() : InternalError("sum " + std::to_string(v));
+  });
+  EXPECT_TRUE(s.ok()) << s;
+}
+
+// A gate that a rank's function blocks on (shared, so an abandoned thread never touches freed memory).
+struct Gate {
+  void Open() {
+    std::lock_guard<std::mutex> lock(mu);
+    open = true;
+    cv.notify_all();
+  }
+  void Wait() {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return open; });
+  }
+  std::mutex mu;
+  std::condition_variable cv;
+  bool open = false;
+};
+
+TEST(ThreadWorldTest, WatchdogAbandonsARankStuckInUserCode) {
+  auto world = MakeWorld(3, milliseconds(200));
+  auto release = std::make_shared<Gate>();   // opened by the test once Run has returned
+  auto finished = std::make_shared<Gate>();  // opened by the stuck rank when it finally returns
+  auto stuck_status = std::make_shared<Status>();
+  auto peers = std::make_shared<PerRank>(3);
+  const auto start = std::chrono::steady_clock::now();
+  Status s = world->Run([release, finished, stuck_status, peers](Communicator& c) -> Status {
+    float x[2] = {1, 2};
+    if (c.rank() == 1) {  // stuck outside the library, never reaching the all_reduce in time
+      release->Wait();
+      *stuck_status = c.AllReduce(x, x, 2, DType::kF32, ReduceOp::kSum);
+      finished->Open();
+      return Status();
+    }
+    Status st = c.AllReduce(x, x, 2, DType::kF32, ReduceOp::kSum);
+    peers->Set(c.rank(), st);
+    return st;
+  });
+  const auto elapsed = std::chrono::steady_clock::now() - start;
+  EXPECT_LT(elapsed, std::chrono::seconds(10));
+  EXPECT_EQ(s.code(), StatusCode::kDeadlineExceeded) << s;
+  EXPECT_TRUE(Contains(s, "ThreadWorld::Run: rank 1 did not return within 200 ms after the run failed")) << s;
+  EXPECT_TRUE(Contains(s, "its thread is detached and abandoned, and this world is broken")) << s;
+  EXPECT_TRUE(Contains(s, "first error: rank 0: DEADLINE_EXCEEDED: all_reduce on group [0,1,2]")) << s;
+  for (int r : {0, 2}) {
+    const Status& p = peers->statuses[static_cast<size_t>(r)];
+    EXPECT_EQ(p.code(), StatusCode::kDeadlineExceeded) << p;
+    EXPECT_TRUE(Contains(p, "group ranks [1] (world ranks [1]) did not arrive")) << p;
+  }
+  // The world is broken: later runs fail at once.
+  Status later = world->Run([](Communicator& c) -> Status { return c.Barrier(); });
+  EXPECT_EQ(later.code(), StatusCode::kFailedPrecondition) << later;
+  EXPECT_TRUE(Contains(later, "the world is broken by an earlier Run")) << later;
+  EXPECT_TRUE(Contains(later, "rank 1 did not return")) << later;
+  // The abandoned thread resumes, finds its group broken and ends without touching freed memory.
+  release->Open();
+  finished->Wait();
+  EXPECT_EQ(stuck_status->code(), StatusCode::kAborted) << *stuck_status;
+  EXPECT_TRUE(Contains(*stuck_status, "broken")) << *stuck_status;
+}
+
+TEST(ThreadWorldTest, ExceptionsBecomeAStatusNamingTheRank) {
+  auto world = MakeWorld(3, milliseconds(20000));
+  const auto start = std::chrono::steady_clock::now();
+  Status s = world->Run([](Communicator& c) -> Status {
+    if (c.rank() == 2) throw std::runtime_error("kaboom");
+    return c.Barrier();  // released at once by the abort, not by the timeout
+  });
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  EXPECT_EQ(s.code(), StatusCode::kAborted) << s;
+  EXPECT_TRUE(Contains(s, "rank 2 failed: INTERNAL: the rank's function threw an exception: kaboom")) << s;
+
+  s = world->Run([](Communicator& c) -> Status {
+    if (c.rank() == 0) throw 42;
+    return Status();
+  });
+  EXPECT_EQ(s.code(), StatusCode::kInternal) << s;
+  EXPECT_EQ(s.message(), "rank 0: the rank's function threw an exception that is not a std::exception") << s;
+
+  // The world is not broken by exceptions.
+  s = world->Run([](Communicator& c) -> Status { return c.Barrier(); });
+  EXPECT_TRUE(s.ok()) << s;
 }
 
 }  // namespace
