@@ -33,6 +33,10 @@ std::string Status::ToString() const {
 
 Status Status::WithContext(std::string_view context) const {
   if (ok()) return *this;
+  if (message_.size() > context.size() + 1 && message_.starts_with(context) &&
+      message_.compare(context.size(), 2, ": ") == 0) {
+    return *this;
+  }
   std::string msg(context);
   msg += ": ";
   msg += message_;

@@ -50,7 +50,9 @@ class [[nodiscard]] Status {
   // "CODE: message", or "OK".
   std::string ToString() const;
 
-  // Returns a copy whose message is "context: message" (no-op on OK).
+  // Returns a copy whose message is "context: message" (no-op on OK, and on a message that
+  // already starts with "context: ": a status agreed across ranks that names the failing rank,
+  // returned by that rank, would otherwise read "rank 0: rank 0: ...").
   Status WithContext(std::string_view context) const;
 
   friend bool operator==(const Status& a, const Status& b) {

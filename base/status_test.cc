@@ -21,6 +21,12 @@ TEST(StatusTest, ErrorCarriesCodeAndMessage) {
   EXPECT_EQ(s.ToString(), "INVALID_ARGUMENT: mesh dim 1 has size 0");
   EXPECT_EQ(s.WithContext("Create").message(), "Create: mesh dim 1 has size 0");
   EXPECT_TRUE(Status().WithContext("x").ok());
+  // A message that already starts with the context is not prefixed twice ("rank 0: rank 0:").
+  const Status agreed = UnavailableError("rank 0: disk full");
+  EXPECT_EQ(agreed.WithContext("rank 0").message(), "rank 0: disk full");
+  EXPECT_EQ(agreed.WithContext("rank 1").message(), "rank 1: rank 0: disk full");
+  EXPECT_EQ(UnavailableError("rank 01: x").WithContext("rank 0").message(), "rank 0: rank 01: x");
+  EXPECT_EQ(UnavailableError("rank 0").WithContext("rank 0").message(), "rank 0: rank 0");
 }
 
 TEST(StatusOrTest, ValueAndError) {

@@ -139,6 +139,157 @@ void CheckLoaderGuarantees(std::shared_ptr<const Dataset> ds, int64_t batch) {
   }
 }
 
+// Every (epoch, stream position) a run returned, with the sample index and the dp coordinate
+// that returned it. Padding rows (even_batches) are not positions.
+struct Positions {
+  std::map<std::pair<int64_t, int64_t>, std::pair<int64_t, int>> at;  // (epoch, p) -> (index, dp rank)
+};
+
+struct Config {
+  int dp = 1, tp = 1;
+  DataLoaderOptions options;
+};
+
+std::string Describe(const Config& c) {
+  return "dp=" + std::to_string(c.dp) + " tp=" + std::to_string(c.tp) + " B=" +
+         std::to_string(c.options.global_batch_size) + " shuffle=" + std::to_string(c.options.shuffle) +
+         " drop_last=" + std::to_string(c.options.drop_last) + " even=" + std::to_string(c.options.even_batches) +
+         " prefetch=" + std::to_string(c.options.prefetch_depth) + " readers=" + std::to_string(c.options.num_readers);
+}
+
+// Runs `steps` global batches of every rank of c's mesh (after restoring `from`, if given) and
+// records their positions into `out`. Checks each row's data against Dataset::Read, that tp
+// replicas agree and that no position is returned by two dp coordinates or twice. Returns the
+// state after the last batch.
+LoaderState Run(std::shared_ptr<const Dataset> ds, const Config& c, int64_t steps, const std::string* from,
+                Positions* out) {
+  Job job = Make(ds, c.dp, c.tp, c.options);
+  LoaderState last;
+  if (job.loaders.size() != static_cast<size_t>(c.dp * c.tp)) return last;
+  if (from != nullptr) {
+    const StatusOr<LoaderState> st = LoaderState::Parse(*from);
+    EXPECT_TRUE(st.ok()) << st.status();
+    for (auto& l : job.loaders) EXPECT_TRUE(l->Restore(*st).ok());
+  }
+  const int64_t bytes = ds->sample_bytes();
+  std::vector<std::byte> want(static_cast<size_t>(bytes));
+  for (int64_t step = 0; step < steps; ++step) {
+    std::map<std::pair<int64_t, int64_t>, int64_t> this_step;  // tp replicas of this step
+    for (auto& l : job.loaders) {
+      auto b = l->NextBatch();
+      EXPECT_TRUE(b.ok()) << b.status();
+      if (!b.ok()) return last;
+      last = b->state_after;
+      for (int64_t i = 0; i < b->local_valid_rows; ++i) {
+        const int64_t index = b->sample_indices[static_cast<size_t>(i)];
+        EXPECT_TRUE(ds->Read(index, want).ok());
+        EXPECT_EQ(std::memcmp(b->data.local().raw() + i * bytes, want.data(), static_cast<size_t>(bytes)), 0)
+            << "row data differs from sample " << index;
+        const std::pair<int64_t, int64_t> key{b->epoch, b->position + b->row_offset + i};
+        auto [it, fresh] = out->at.emplace(key, std::pair{index, l->dp_rank()});
+        if (!fresh) {
+          const bool replica = this_step.count(key) > 0 && it->second.second == l->dp_rank();
+          EXPECT_TRUE(replica) << "epoch " << key.first << " position " << key.second << " returned twice";
+          EXPECT_EQ(it->second.first, index) << "tp replicas differ";
+        }
+        this_step[key] = index;
+      }
+    }
+  }
+  return last;
+}
+
+// Checks the recorded positions of epochs [0, epochs) against the reference order `ref`
+// (ref[e][p] = sample of position p of epoch e, from a batch-1 loader): each epoch's positions
+// are [0, end) without a gap, end is n without drop_last (plus the wrap-around repeats of the
+// last batch) and within one batch of n with it, and position p holds ref[e][p mod n].
+void CheckPositions(const Positions& got, const std::vector<std::vector<int64_t>>& ref, int64_t epochs,
+                    bool drop_last, int64_t max_batch) {
+  const int64_t n = static_cast<int64_t>(ref[0].size());
+  for (int64_t e = 0; e < epochs; ++e) {
+    int64_t end = 0;
+    for (const auto& [key, v] : got.at) {
+      if (key.first != e) continue;
+      ASSERT_EQ(key.second, end) << "epoch " << e << ": a gap before position " << key.second;
+      EXPECT_EQ(v.first, ref[static_cast<size_t>(e)][static_cast<size_t>(key.second % n)])
+          << "epoch " << e << " position " << key.second;
+      ++end;
+    }
+    if (drop_last) {
+      EXPECT_LE(end, n) << "epoch " << e;
+      EXPECT_LT(n - end, max_batch) << "epoch " << e;
+    } else {
+      EXPECT_GE(end, n) << "epoch " << e;
+      EXPECT_LT(end - n, max_batch) << "epoch " << e;
+    }
+  }
+}
+
+// The loader's guarantees for `ds` over many configs: exactly once per epoch (the reference
+// order is a permutation and every run follows it position by position), independence of the
+// mesh, even_batches, readers and prefetch, and exact elastic resume onto another mesh, batch
+// size, even_batches and reader count.
+void CheckGuaranteesAcrossConfigs(std::shared_ptr<const Dataset> ds, uint64_t seed) {
+  const int64_t n = ds->size();
+  for (bool shuffle : {true, false}) {
+    for (bool drop_last : {false, true}) {
+      SCOPED_TRACE("shuffle=" + std::to_string(shuffle) + " drop_last=" + std::to_string(drop_last));
+      // Reference: batch size 1, synchronous, one rank; three epochs.
+      std::vector<std::vector<int64_t>> ref(3);
+      {
+        Job r = Make(ds, 1, 1, {.global_batch_size = 1, .seed = 77, .shuffle = shuffle, .prefetch_depth = 0});
+        for (auto& epoch : ref) {
+          for (int64_t p = 0; p < n; ++p) epoch.push_back(r.loaders[0]->NextBatch()->sample_indices[0]);
+          std::vector<int64_t> sorted = epoch;
+          std::sort(sorted.begin(), sorted.end());
+          for (int64_t i = 0; i < n; ++i) ASSERT_EQ(sorted[static_cast<size_t>(i)], i) << "not a permutation";
+        }
+        if (shuffle) {
+          EXPECT_NE(ref[0], ref[1]) << "a fresh order per epoch";
+        }
+      }
+      std::mt19937_64 rng(seed);
+      auto random_config = [&] {
+        Config c;
+        const int meshes[][2] = {{1, 1}, {2, 1}, {3, 1}, {2, 2}, {4, 2}, {8, 1}};
+        const auto& m = meshes[rng() % 6];
+        c.dp = m[0];
+        c.tp = m[1];
+        c.options = {.global_batch_size = 1 + static_cast<int64_t>(rng() % 11),
+                     .seed = 77,
+                     .shuffle = shuffle,
+                     .drop_last = drop_last,
+                     .prefetch_depth = static_cast<int>(rng() % 4),
+                     .even_batches = rng() % 2 == 1,
+                     .num_readers = 1 + static_cast<int>(rng() % 3)};
+        return c;
+      };
+      // Whole runs of two epochs.
+      for (int trial = 0; trial < 4; ++trial) {
+        const Config c = random_config();
+        SCOPED_TRACE(Describe(c));
+        const int64_t b = c.options.global_batch_size;
+        const int64_t per_epoch = drop_last ? n / b : (n + b - 1) / b;
+        Positions got;
+        Run(ds, c, 2 * per_epoch, nullptr, &got);
+        CheckPositions(got, ref, 2, drop_last, b);
+      }
+      // A stop anywhere in the first two epochs, resumed on another config.
+      for (int trial = 0; trial < 4; ++trial) {
+        const Config c1 = random_config(), c2 = random_config();
+        const int64_t b1 = c1.options.global_batch_size, b2 = c2.options.global_batch_size;
+        const int64_t stop = static_cast<int64_t>(rng() % static_cast<uint64_t>(2 * n / b1 + 1));
+        SCOPED_TRACE("stop after " + std::to_string(stop) + " of " + Describe(c1) + ", resumed on " + Describe(c2));
+        Positions got;
+        const LoaderState st = Run(ds, c1, stop, nullptr, &got);
+        const std::string saved = stop > 0 ? st.ToString() : std::string();
+        Run(ds, c2, (2 * n + 2 * b1) / b2 + 2, stop > 0 ? &saved : nullptr, &got);
+        CheckPositions(got, ref, 2, drop_last, std::max(b1, b2));
+      }
+    }
+  }
+}
+
 // ---- Mixing ----
 
 TEST(Mixture, ExactProportionsUpAndDownSampling) {
@@ -191,6 +342,7 @@ TEST(Mixture, KeepsTheLoaderGuarantees) {
                                     {.num_samples = 57, .seed = 11});
   ASSERT_TRUE(mix.ok()) << mix.status();
   CheckLoaderGuarantees(*mix, 8);
+  CheckGuaranteesAcrossConfigs(*mix, 1);
   // Per loader epoch the components appear exactly count(s) times.
   Job r = Make(*mix, 2, 1, {.global_batch_size = 8, .seed = 5, .drop_last = false});
   std::vector<int64_t> per(3, 0);
@@ -280,6 +432,7 @@ TEST(Packing, RowsMatchBruteForceAndKeepTheLoaderGuarantees) {
     }
   }
   CheckLoaderGuarantees(*packed, 6);
+  CheckGuaranteesAcrossConfigs(*packed, 2);
 }
 
 TEST(Packing, Errors) {

@@ -4,8 +4,10 @@
 // element bytes) into dst; it is const and safe to call from several threads at once (the
 // loader's prefetch thread reads while the user thread holds the dataset). Implementations:
 //   InMemoryDataset      (this header)       samples held in a Tensor / byte vector
-//   RecordShardDataset   (record_shards.h)   a directory of checksummed binary shard files
-//   TokenFileDataset     (token_file.h)      a memory-mapped uint16/uint32 token file (nanoGPT .bin)
+//   RecordShardDataset   (record_shards.h)   a directory of checksummed shard files + manifest
+//   TokenFileDataset     (token_file.h)      a uint16/uint32 token file (.mftok, or raw nanoGPT .bin)
+//   MixtureDataset       (mixture.h)         weighted mixture of several datasets
+//   PackedTokenDataset   (packed.h)          documents packed into sequences, with boundaries
 //
 //   Tensor samples = Tensor::Iota(DType::kF32, {10, 3});        // 10 samples of shape [3]
 //   MF_ASSIGN_OR_RETURN(auto ds, InMemoryDataset::FromTensor(samples));

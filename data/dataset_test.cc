@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <numeric>
@@ -275,6 +276,42 @@ TEST(TokenFile, Uint32ToI64AndI32Overflow) {
   ASSERT_TRUE(raw.ok()) << raw.status();
   EXPECT_EQ(ReadI64(**raw, 1), (std::vector<int64_t>{4, 0xF0000000ll, 6, 7, 8}));
   EXPECT_FALSE((*raw)->header().has_value());
+}
+
+// Samples longer than the widening chunk (512 tokens), every width x output dtype: the values,
+// and a bad token past the first chunk named at its position.
+TEST(TokenFile, LongSamplesEveryWidthAndDtype) {
+  const std::string dir = FreshTempDir();
+  std::vector<uint32_t> tokens(4 * 1300 + 1);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<uint32_t>((i * 7919) % 65000);
+  for (TokenWidth width : {TokenWidth::kU16, TokenWidth::kU32}) {
+    const std::string path = dir + "/t" + std::to_string(static_cast<int>(width)) + ".mftok";
+    ASSERT_TRUE(WriteTokenFile(path, tokens, width).ok());
+    for (DType dtype : {DType::kI32, DType::kI64}) {
+      auto ds = TokenFileDataset::Open(path, {.seq_len = 1300, .dtype = dtype});
+      ASSERT_TRUE(ds.ok()) << ds.status();
+      for (int64_t i = 0; i < (*ds)->size(); ++i) {
+        const std::vector<uint32_t> want(tokens.begin() + i * 1300, tokens.begin() + i * 1300 + 1301);
+        if (dtype == DType::kI32) {
+          const std::vector<int32_t> got = ReadI32(**ds, i);
+          EXPECT_TRUE(std::equal(got.begin(), got.end(), want.begin(), want.end())) << "sample " << i;
+        } else {
+          const std::vector<int64_t> got = ReadI64(**ds, i);
+          EXPECT_TRUE(std::equal(got.begin(), got.end(), want.begin(), want.end())) << "sample " << i;
+        }
+      }
+    }
+  }
+  std::vector<uint32_t> bad = tokens;
+  bad[1300 + 700] = 0x90000000u;  // sample 1, token 700 (second chunk)
+  ASSERT_TRUE(WriteRawTokenFile(dir + "/bad.bin", bad, TokenWidth::kU32).ok());
+  auto ds = TokenFileDataset::Open(dir + "/bad.bin", {.seq_len = 1300, .width = TokenWidth::kU32});
+  ASSERT_TRUE(ds.ok()) << ds.status();
+  std::vector<std::byte> buf(static_cast<size_t>((*ds)->sample_bytes()));
+  EXPECT_TRUE((*ds)->Read(0, buf).ok());
+  const Status s = (*ds)->Read(1, buf);
+  EXPECT_EQ(s.code(), StatusCode::kDataLoss);
+  EXPECT_TRUE(Contains(s.message(), "token 2415919104 at position 2000 does not fit the i32 output dtype")) << s;
 }
 
 TEST(TokenFile, RawFileErrors) {

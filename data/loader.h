@@ -15,24 +15,32 @@
 // Sharding. Next() returns this rank's DTensor of the global batch, global shape
 // [B, ...sample shape], layout Shard(0) on the data-parallel mesh dims and Replicate on the others.
 // The rank's rows are its layout box on dim 0: with one dp mesh dim exactly torch.chunk of the
-// batch over the dp group (chunk = ceil(B/dp), trailing ranks may get short or empty shards); with
-// several dp dims the layout's nested torch.chunk in the order the dims are given (identical to a
-// flat chunk over the flattened group whenever B is a multiple of the dp size). Ranks that differ
-// only in non-dp mesh coordinates get identical rows. Row r of the global batch at position
-// k*B + r holds sample SampleOrder(...).At((k*B + r) mod n).
+// batch over the dp group (chunk = ceil(B/dp), trailing ranks may get short or empty shards; see
+// DataLoaderOptions::even_batches for equal ones); with several dp dims the layout's nested
+// torch.chunk in the order the dims are given (identical to a flat chunk over the flattened group
+// whenever B is a multiple of the dp size). Ranks that differ only in non-dp mesh coordinates get
+// identical rows. Row r of the global batch at position k*B + r holds sample
+// SampleOrder(...).At((k*B + r) mod n). Without DataLoaderOptions::dp_dims the dp dims are the
+// mesh's data-parallel names (IsDataParallelDimName).
 //
 // State and elastic resumption. state() is the LoaderState after the last batch Next() returned
-// (prefetched batches do not count): {version, seed, epoch, consumed = stream positions consumed
-// in this epoch, num_samples}. Restore(state) makes the next batch start at that position without
-// reading any earlier sample. The stream does not depend on the mesh, so a state saved with one
-// dp size restores on another: the union of the ranks' rows of every later global batch is the
-// same as in an uninterrupted run - nothing lost, nothing repeated.
+// (prefetched batches do not count): the position {seed, epoch, consumed = stream positions
+// consumed in this epoch, num_samples} plus the config the stream depends on (batch_size,
+// shuffle, drop_last) and the dataset's fingerprint. Restore(state) makes the next batch start at
+// that position without reading any earlier sample, after checking that seed, size, shuffle,
+// drop_last and fingerprint match (another dataset of the same size, or the same one with another
+// order, is refused). The stream does not depend on the mesh, so a state saved with one dp size
+// (or batch size, even_batches, reader count) restores on another: the union of the ranks' rows
+// of every later global batch is the same as in an uninterrupted run - nothing lost, nothing
+// repeated.
 //
-// Prefetch. With prefetch_depth > 0 a background thread reads up to that many batches ahead into
-// a bounded queue (it starts on the first Next(), so Restore right after Create reads nothing
-// twice). A read error is returned by the Next() that would have returned that batch, and by every
-// later call (until Restore). The destructor stops and joins the thread. Next/NextBatch/state/
-// Restore must be called from one thread at a time; datasets must have a thread-safe Read.
+// Prefetch. With prefetch_depth > 0, num_readers background threads read whole batches ahead
+// (up to max(prefetch_depth, num_readers) of them) and the consumer takes them in stream order
+// (the threads start on the first Next(), so Restore right after Create reads nothing twice). A
+// read error is returned by the Next() that would have returned that batch, and by every later
+// call (until Restore). Restore and the destructor stop and join the threads.
+// Next/NextBatch/state/Restore must be called from one thread at a time; datasets must have a
+// thread-safe Read.
 //
 //   MF_ASSIGN_OR_RETURN(DeviceMesh mesh, DeviceMesh::Create({2, 2}, {"dp", "tp"}));
 //   MF_ASSIGN_OR_RETURN(auto ds, TokenFileDataset::Open("train.bin", {.seq_len = 256}));

@@ -16,7 +16,12 @@ namespace meshflow {
 
 StatusOr<std::unique_ptr<RandomAccessFile>> RandomAccessFile::Open(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return NotFoundError("cannot open file '" + path + "': " + std::strerror(errno));
+  if (fd < 0) {
+    // Only a missing file is NOT_FOUND; EACCES, ELOOP, EIO, ... keep their own errno text.
+    const int err = errno;
+    const std::string msg = "cannot open file '" + path + "': " + std::strerror(err);
+    return err == ENOENT || err == ENOTDIR ? NotFoundError(msg) : UnavailableError(msg);
+  }
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
     const int err = errno;

@@ -25,8 +25,9 @@ namespace meshflow {
 
 class RandomAccessFile {
  public:
-  // Errors: NOT_FOUND when the file cannot be opened, INVALID_ARGUMENT for a directory or other
-  // non-regular file, UNAVAILABLE when stat fails; all name the path.
+  // Errors: NOT_FOUND when the file (or a directory on its path) does not exist, UNAVAILABLE when
+  // open fails otherwise (EACCES, ELOOP, EIO, ...) or stat fails, INVALID_ARGUMENT for a directory
+  // or other non-regular file; all name the path and the errno text.
   static StatusOr<std::unique_ptr<RandomAccessFile>> Open(const std::string& path);
   ~RandomAccessFile();
   RandomAccessFile(const RandomAccessFile&) = delete;

@@ -1,9 +1,12 @@
 #include "meshflow/data/record_shards.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <array>
 #include <charconv>
 #include <cctype>
+#include <cerrno>
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
@@ -401,12 +404,27 @@ Status WriteRecordShards(const std::string& dir, const Dataset& dataset, int64_t
 
 namespace {
 
+enum class PathKind { kMissing, kDirectory, kOther };
+
+// What `path` is, by stat(2). Only ENOENT and ENOTDIR (a component is a file) mean "not there";
+// any other failure (EIO, EACCES, ELOOP, ...) is UNAVAILABLE naming the path and the errno text,
+// never a false "does not exist" (std::filesystem's is_directory/exists with an error_code
+// answered false for those, and the error was dropped).
+StatusOr<PathKind> StatPath(const std::string& path, std::string_view what) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0) return S_ISDIR(st.st_mode) ? PathKind::kDirectory : PathKind::kOther;
+  const int err = errno;
+  if (err == ENOENT || err == ENOTDIR) return PathKind::kMissing;
+  return UnavailableError("cannot stat " + std::string(what) + " '" + path + "': " + std::strerror(err));
+}
+
 // Lists the ".mfrec" files of `dir` (file names only, sorted).
 StatusOr<std::vector<std::string>> ListShards(const std::string& dir) {
-  std::error_code ec;
-  if (!std::filesystem::is_directory(dir, ec)) {
+  MF_ASSIGN_OR_RETURN(const PathKind kind, StatPath(dir, "record shard directory"));
+  if (kind != PathKind::kDirectory) {
     return NotFoundError("record shard directory '" + dir + "' does not exist or is not a directory");
   }
+  std::error_code ec;
   std::vector<std::string> names;
   for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
     if (it->path().extension() == kRecordShardExtension) names.push_back(it->path().filename().string());
@@ -448,8 +466,8 @@ StatusOr<std::shared_ptr<RecordShardDataset>> RecordShardDataset::Open(const std
                                                                        RecordShardOptions options) {
   MF_ASSIGN_OR_RETURN(std::vector<std::string> names, ListShards(dir));
   const std::string manifest_path = JoinPath(dir, kRecordShardManifestName);
-  std::error_code ec;
-  const bool has_manifest = std::filesystem::exists(manifest_path, ec);
+  MF_ASSIGN_OR_RETURN(const PathKind manifest_kind, StatPath(manifest_path, "record shard manifest"));
+  const bool has_manifest = manifest_kind != PathKind::kMissing;
   std::vector<std::string> paths;
   if (!has_manifest) {
     if (options.require_manifest) {

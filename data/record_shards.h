@@ -129,8 +129,9 @@ struct RecordShardOptions {
 class RecordShardDataset final : public Dataset {
  public:
   // All "*.mfrec" files in `dir`, in file-name order, checked against the manifest. Errors:
-  // NOT_FOUND for a missing directory or one without shard files; the manifest and per-file
-  // errors above.
+  // NOT_FOUND for a missing directory or one without shard files; UNAVAILABLE naming the errno
+  // when stat of the directory or of its manifest fails otherwise (EIO, EACCES, ELOOP); the
+  // manifest and per-file errors above.
   static StatusOr<std::shared_ptr<RecordShardDataset>> Open(const std::string& dir,
                                                             RecordShardOptions options = {});
   // The given files, in the given order. Errors: empty list; the per-file errors above.

@@ -38,58 +38,92 @@ StatusOr<int64_t> CheckedSize(std::span<const int64_t> shape) {
 
 }  // namespace
 
-StatusOr<DeviceMesh> DeviceMesh::Create(std::vector<int64_t> shape, std::vector<std::string> names) {
-  // Validate the shape before allocating the rank list: a bad or huge shape must give an error,
-  // not an overflow or an allocation failure.
-  MF_ASSIGN_OR_RETURN(const int64_t n, CheckedSize(shape));
-  std::vector<int> ranks(static_cast<size_t>(n));
-  std::iota(ranks.begin(), ranks.end(), 0);
-  return CreateWithRanks(std::move(shape), std::move(ranks), std::move(names));
+namespace {
+
+// Checks the dim names of a mesh of `ndim` dims (none, or one non-empty unique name per dim).
+Status CheckNames(size_t ndim, const std::vector<std::string>& names) {
+  if (names.empty()) return Status();
+  if (names.size() != ndim) {
+    return InvalidArgumentError("mesh has " + std::to_string(ndim) + " dims but " + std::to_string(names.size()) +
+                                " names were given");
+  }
+  std::set<std::string> seen;
+  for (size_t d = 0; d < names.size(); ++d) {
+    if (names[d].empty()) return InvalidArgumentError("mesh dim " + std::to_string(d) + " has an empty name");
+    if (!seen.insert(names[d]).second) return InvalidArgumentError("mesh dim name '" + names[d] + "' is used twice");
+  }
+  return Status();
 }
 
-StatusOr<DeviceMesh> DeviceMesh::CreateWithRanks(std::vector<int64_t> shape, std::vector<int> ranks,
-                                                 std::vector<std::string> names) {
-  MF_ASSIGN_OR_RETURN(const int64_t n, CheckedSize(shape));
-  if (!names.empty()) {
-    if (names.size() != shape.size()) {
-      return InvalidArgumentError("mesh has " + std::to_string(shape.size()) + " dims but " +
-                                  std::to_string(names.size()) + " names were given");
-    }
-    std::set<std::string> seen;
-    for (size_t d = 0; d < names.size(); ++d) {
-      if (names[d].empty()) return InvalidArgumentError("mesh dim " + std::to_string(d) + " has an empty name");
-      if (!seen.insert(names[d]).second) {
-        return InvalidArgumentError("mesh dim name '" + names[d] + "' is used twice");
-      }
-    }
-  }
-  if (static_cast<int64_t>(ranks.size()) != n) {
-    return InvalidArgumentError("mesh shape " + JoinInts(shape, "x") + " has " + std::to_string(n) +
-                                " ranks but " + std::to_string(ranks.size()) + " ranks were given");
-  }
-  std::set<int> seen_ranks;
-  bool identity = true;
-  for (size_t i = 0; i < ranks.size(); ++i) {
-    if (ranks[i] < 0) return InvalidArgumentError("mesh rank " + std::to_string(ranks[i]) + " is negative");
-    if (!seen_ranks.insert(ranks[i]).second) {
-      return InvalidArgumentError("rank " + std::to_string(ranks[i]) + " appears twice in the mesh");
-    }
-    identity = identity && ranks[i] == static_cast<int>(i);
-  }
+}  // namespace
+
+DeviceMesh DeviceMesh::Make(std::vector<int64_t> shape, std::vector<std::string> names, int64_t n,
+                            std::vector<int> explicit_ranks, bool identity) {
   DeviceMesh mesh;
   uint64_t h = 0x6d657368ull;  // "mesh"
   for (int64_t d : shape) HashMix(h, static_cast<uint64_t>(d));
   HashMix(h, names.size());
   for (const std::string& name : names) HashMix(h, std::hash<std::string>()(name));
-  for (int r : ranks) HashMix(h, static_cast<uint64_t>(r));
+  // Identity meshes hash a marker instead of 0..n-1: O(ndim), and equal for Create and for
+  // CreateWithRanks given 0..n-1 (identity is decided by the content, so equal meshes agree).
+  HashMix(h, identity ? 0x696f7461ull : 0x6c697374ull);  // "iota" / "list"
+  if (!identity) {
+    for (int r : explicit_ranks) HashMix(h, static_cast<uint64_t>(r));
+  }
   mesh.fingerprint_ = h;
   mesh.shape_ = std::move(shape);
   mesh.names_ = std::move(names);
-  mesh.ranks_ = std::make_shared<const std::vector<int>>(std::move(ranks));
+  mesh.size_ = static_cast<int>(n);
   mesh.identity_ranks_ = identity;
+  mesh.ranks_ = std::make_shared<RankStore>();
+  if (!explicit_ranks.empty()) {
+    // Given explicitly (identity or not): stored as given, nothing left to build.
+    mesh.ranks_->list = std::move(explicit_ranks);
+    std::call_once(mesh.ranks_->built, [] {});
+  }
   mesh.strides_.assign(mesh.shape_.size(), 1);
   for (int d = mesh.ndim() - 2; d >= 0; --d) mesh.strides_[d] = mesh.strides_[d + 1] * mesh.shape_[d + 1];
   return mesh;
+}
+
+StatusOr<DeviceMesh> DeviceMesh::Create(std::vector<int64_t> shape, std::vector<std::string> names) {
+  // O(ndim): a mesh over world ranks 0..n-1 stores no rank list (rank(i) == i), so even the
+  // 2^30-rank maximum costs a few bytes. A bad or huge shape is an error, never an overflow.
+  MF_ASSIGN_OR_RETURN(const int64_t n, CheckedSize(shape));
+  MF_RETURN_IF_ERROR(CheckNames(shape.size(), names));
+  return Make(std::move(shape), std::move(names), n, {}, /*identity=*/true);
+}
+
+StatusOr<DeviceMesh> DeviceMesh::CreateWithRanks(std::vector<int64_t> shape, std::vector<int> ranks,
+                                                 std::vector<std::string> names) {
+  MF_ASSIGN_OR_RETURN(const int64_t n, CheckedSize(shape));
+  MF_RETURN_IF_ERROR(CheckNames(shape.size(), names));
+  if (static_cast<int64_t>(ranks.size()) != n) {
+    return InvalidArgumentError("mesh shape " + JoinInts(shape, "x") + " has " + std::to_string(n) +
+                                " ranks but " + std::to_string(ranks.size()) + " ranks were given");
+  }
+  bool identity = true;
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    if (ranks[i] < 0) return InvalidArgumentError("mesh rank " + std::to_string(ranks[i]) + " is negative");
+    identity = identity && ranks[i] == static_cast<int>(i);
+  }
+  if (!identity) {
+    // Duplicates: a sorted copy (4 bytes a rank; a std::set would take ~40).
+    std::vector<int> sorted = ranks;
+    std::sort(sorted.begin(), sorted.end());
+    const auto dup = std::adjacent_find(sorted.begin(), sorted.end());
+    if (dup != sorted.end()) return InvalidArgumentError("rank " + std::to_string(*dup) + " appears twice in the mesh");
+  }
+  return Make(std::move(shape), std::move(names), n, std::move(ranks), identity);
+}
+
+const std::vector<int>& DeviceMesh::ranks() const {
+  // Identity meshes build 0..n-1 once, on first use; explicit lists were marked built by Make.
+  std::call_once(ranks_->built, [this] {
+    ranks_->list.resize(static_cast<size_t>(size_));
+    std::iota(ranks_->list.begin(), ranks_->list.end(), 0);
+  });
+  return ranks_->list;
 }
 
 StatusOr<int> DeviceMesh::DimIndex(std::string_view name) const {
@@ -110,8 +144,9 @@ StatusOr<int> DeviceMesh::IndexOf(int rank) const {
   if (identity_ranks_) {
     if (rank >= 0 && rank < size()) return rank;
   } else {
-    auto it = std::find(ranks_->begin(), ranks_->end(), rank);
-    if (it != ranks_->end()) return static_cast<int>(it - ranks_->begin());
+    const std::vector<int>& list = ranks_->list;
+    auto it = std::find(list.begin(), list.end(), rank);
+    if (it != list.end()) return static_cast<int>(it - list.begin());
   }
   return OutOfRangeError("rank " + std::to_string(rank) + " is not in " + ToString());
 }
@@ -135,7 +170,7 @@ StatusOr<int> DeviceMesh::RankAt(std::span<const int64_t> coord) const {
     }
     index += coord[d] * strides_[d];
   }
-  return (*ranks_)[index];
+  return rank(static_cast<int>(index));
 }
 
 Status DeviceMesh::CheckDims(std::span<const int> dims) const {
@@ -175,7 +210,7 @@ StatusOr<std::vector<int>> DeviceMesh::Group(int rank, std::span<const int> dims
       offset += (rem % shape_[d]) * strides_[d];
       rem /= shape_[d];
     }
-    group.push_back((*ranks_)[base + offset]);
+    group.push_back(this->rank(static_cast<int>(base + offset)));
   }
   return group;
 }
@@ -183,10 +218,10 @@ StatusOr<std::vector<int>> DeviceMesh::Group(int rank, std::span<const int> dims
 StatusOr<std::vector<std::vector<int>>> DeviceMesh::AllGroups(std::span<const int> dims) const {
   MF_RETURN_IF_ERROR(CheckDims(dims));
   std::vector<std::vector<int>> groups;
-  std::vector<bool> done(ranks_->size(), false);
+  std::vector<bool> done(static_cast<size_t>(size()), false);
   for (int i = 0; i < size(); ++i) {
     if (done[i]) continue;
-    MF_ASSIGN_OR_RETURN(std::vector<int> g, Group((*ranks_)[i], dims));
+    MF_ASSIGN_OR_RETURN(std::vector<int> g, Group(rank(i), dims));
     for (int r : g) done[*IndexOf(r)] = true;
     groups.push_back(std::move(g));
   }
@@ -217,7 +252,7 @@ std::string DeviceMesh::ToString() const {
   }
   if (!identity_ranks_) {
     os << ", ranks {";
-    for (size_t i = 0; i < ranks_->size(); ++i) os << (i ? "," : "") << (*ranks_)[i];
+    for (int i = 0; i < size(); ++i) os << (i ? "," : "") << rank(i);
     os << "}";
   }
   os << ")";

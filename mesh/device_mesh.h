@@ -19,6 +19,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <string_view>
@@ -41,14 +42,22 @@ class DeviceMesh {
 
   int ndim() const { return static_cast<int>(shape_.size()); }
   // Number of ranks in the mesh.
-  int size() const { return static_cast<int>(ranks_->size()); }
+  int size() const { return size_; }
   const std::vector<int64_t>& shape() const { return shape_; }
   // Precondition: 0 <= d < ndim().
   int64_t dim_size(int d) const { return shape_[d]; }
   // Empty when the mesh has no names.
   const std::vector<std::string>& names() const { return names_; }
+  // World rank of the member at position `index` (row-major over shape()): O(1) and allocation
+  // free for every mesh. Precondition: 0 <= index < size().
+  int rank(int index) const { return identity_ranks_ ? index : ranks_->list[static_cast<size_t>(index)]; }
   // World ranks of the members, row-major over shape(). Copies of a mesh share one rank list.
-  const std::vector<int>& ranks() const { return *ranks_; }
+  // A mesh over world ranks 0..size()-1 (`Create`) stores no list: it is built on the first call
+  // (O(size()) memory, 4 GiB for the 2^30-rank maximum), so code that may see large meshes walks
+  // positions with size() and rank(i) instead. Thread-safe.
+  const std::vector<int>& ranks() const;
+  // Whether ranks() is 0..size()-1 (then rank(i) == i and IndexOf(r) == r).
+  bool identity_ranks() const { return identity_ranks_; }
   // A hash of everything operator== compares (shape, names, ranks), computed once by Create, so
   // that hashing a mesh (e.g. a layout-keyed cache lookup) costs O(1), not O(size()).
   uint64_t fingerprint() const { return fingerprint_; }
@@ -86,18 +95,29 @@ class DeviceMesh {
   // over explicit ranks.
   friend bool operator==(const DeviceMesh& a, const DeviceMesh& b) {
     return a.fingerprint_ == b.fingerprint_ && a.shape_ == b.shape_ && a.names_ == b.names_ &&
-           (a.ranks_ == b.ranks_ || (a.identity_ranks_ && b.identity_ranks_) || *a.ranks_ == *b.ranks_);
+           a.identity_ranks_ == b.identity_ranks_ &&
+           (a.identity_ranks_ || a.ranks_ == b.ranks_ || a.ranks_->list == b.ranks_->list);
   }
 
  private:
   DeviceMesh() = default;
+  // The mesh with validated fields; `explicit_ranks` is empty for Create (nothing stored).
+  static DeviceMesh Make(std::vector<int64_t> shape, std::vector<std::string> names, int64_t n,
+                         std::vector<int> explicit_ranks, bool identity);
   Status CheckDims(std::span<const int> dims) const;
 
   std::vector<int64_t> shape_;
   std::vector<int64_t> strides_;  // row-major strides over shape_
   std::vector<std::string> names_;
-  std::shared_ptr<const std::vector<int>> ranks_;  // never null; shared by copies
-  bool identity_ranks_ = true;                      // (*ranks_)[i] == i
+  // The member list, shared by copies. Explicit ranks are stored by CreateWithRanks; for identity
+  // meshes `list` stays empty until ranks() first asks for it (`built` guards that one fill).
+  struct RankStore {
+    std::vector<int> list;
+    std::once_flag built;
+  };
+  std::shared_ptr<RankStore> ranks_;  // never null
+  int size_ = 0;
+  bool identity_ranks_ = true;  // rank(i) == i
   uint64_t fingerprint_ = 0;
 };
 

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include <sys/resource.h>
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -526,6 +528,74 @@ TEST(DeviceMeshToStringTest, Forms) {
   EXPECT_EQ(DeviceMesh::CreateWithRanks({1, 2}, {5, 1}, {"a", "b"})->ToString(), "mesh(1x2, [a, b], ranks {5,1})");
   // A member list that is exactly 0..n-1 prints like a plain mesh (it is equal to one).
   EXPECT_EQ(DeviceMesh::CreateWithRanks({2}, {0, 1})->ToString(), "mesh(2)");
+}
+
+// Peak resident memory of this process (ru_maxrss, KiB on Linux), in MiB.
+int64_t PeakRssMiB() {
+  struct rusage u {};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<int64_t>(u.ru_maxrss) / 1024;
+}
+
+// The documented maximum, 2^30 ranks, stores no rank list (it once took ~40 GB: a std::set of
+// every rank plus the list): creating, copying, comparing and asking for ranks, coordinates and
+// groups stays O(ndim) or O(group size) in memory.
+TEST(DeviceMeshLargeTest, TwoToTheThirtyRanksAreArithmetic) {
+  const int64_t rss_before = PeakRssMiB();
+  constexpr int kMax = 1 << 30;
+  StatusOr<DeviceMesh> flat = DeviceMesh::Create({kMax});
+  ASSERT_TRUE(flat.ok()) << flat.status();
+  EXPECT_EQ(flat->size(), kMax);
+  EXPECT_TRUE(flat->identity_ranks());
+  EXPECT_EQ(flat->rank(0), 0);
+  EXPECT_EQ(flat->rank(kMax - 1), kMax - 1);
+  EXPECT_EQ(*flat->IndexOf(kMax - 1), kMax - 1);
+  EXPECT_FALSE(flat->Contains(kMax));
+  EXPECT_EQ(*flat->Coordinate(123456789), (std::vector<int64_t>{123456789}));
+  EXPECT_EQ(flat->ToString(), "mesh(1073741824)");
+
+  StatusOr<DeviceMesh> grid = DeviceMesh::Create({1024, 1024, 1024}, {"pp", "dp", "tp"});
+  ASSERT_TRUE(grid.ok()) << grid.status();
+  const DeviceMesh copy = *grid;
+  EXPECT_EQ(copy, *grid);
+  EXPECT_EQ(*grid, *DeviceMesh::Create({1024, 1024, 1024}, {"pp", "dp", "tp"}));
+  EXPECT_FALSE(*grid == *flat);
+  const int r = (5 * 1024 + 7) * 1024 + 1023;
+  EXPECT_EQ(*grid->Coordinate(r), (std::vector<int64_t>{5, 7, 1023}));
+  const int64_t last[] = {1023, 1023, 1023};
+  EXPECT_EQ(*grid->RankAt(last), kMax - 1);
+  const std::vector<int> tp = *grid->Group(r, 2);
+  ASSERT_EQ(tp.size(), 1024u);
+  EXPECT_EQ(tp.front(), r - 1023);
+  EXPECT_EQ(tp.back(), r);
+  const std::vector<int> dp = *grid->Group(r, 1);
+  ASSERT_EQ(dp.size(), 1024u);
+  EXPECT_EQ(dp[3], (5 * 1024 + 3) * 1024 + 1023);
+  const std::string tp_name[] = {"tp"};
+  const DeviceMesh tp_mesh = *grid->Slice(tp_name, r);
+  EXPECT_EQ(tp_mesh.size(), 1024);
+  EXPECT_EQ(tp_mesh.rank(1023), r);
+  EXPECT_EQ(*tp_mesh.IndexOf(r - 1), 1022);
+  // All of the above stays far below the 4 GiB a materialized list of 2^30 ints would take.
+  EXPECT_LT(PeakRssMiB() - rss_before, 256) << "peak RSS grew from " << rss_before << " MiB";
+}
+
+// rank(i) agrees with ranks() for identity and explicit meshes; ranks() of an identity mesh is
+// built once and shared by copies.
+TEST(DeviceMeshLargeTest, RankAccessorMatchesRankList) {
+  const DeviceMesh a = *DeviceMesh::Create({2, 3});
+  const DeviceMesh b = *DeviceMesh::CreateWithRanks({2, 2}, {7, 3, 5, 1});
+  for (const DeviceMesh* m : {&a, &b}) {
+    ASSERT_EQ(static_cast<int>(m->ranks().size()), m->size());
+    for (int i = 0; i < m->size(); ++i) EXPECT_EQ(m->rank(i), m->ranks()[static_cast<size_t>(i)]);
+  }
+  EXPECT_TRUE(a.identity_ranks());
+  EXPECT_FALSE(b.identity_ranks());
+  const DeviceMesh a_copy = a;
+  EXPECT_EQ(&a_copy.ranks(), &a.ranks());
+  // Equal content, one identity and one explicit: equal; an explicit permutation is not.
+  EXPECT_EQ(a, *DeviceMesh::CreateWithRanks({2, 3}, {0, 1, 2, 3, 4, 5}));
+  EXPECT_FALSE(a == *DeviceMesh::CreateWithRanks({2, 3}, {1, 0, 2, 3, 4, 5}));
 }
 
 }  // namespace

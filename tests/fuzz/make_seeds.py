@@ -3,7 +3,7 @@
 
 layout_parser seeds are text: a mode digit ('0'..'6', see layout_parser_fuzzer.cc) then the text.
 planner_executor seeds are bytes in the decoding order of planner_executor_fuzzer.cc; `case()`
-below spells one out. Seeds found by libFuzzer (crashes turned regressions, merged corpus) live
+below spells one out, `hops()` the structure-aware tail of further target layouts (a chain). Seeds found by libFuzzer (crashes turned regressions, merged corpus) live
 next to these under other names and are not touched by this script.
 """
 import os
@@ -122,6 +122,35 @@ PLANNER_SEEDS = {
     "single_rank": case([1], [2, 2], "f64", "optimal", ["S(0)"], ["P"]),
     "empty_input": b"",
 }
+
+
+def hops(*steps):
+    """Structure-aware tail: more target layouts after the case, each (planner, placements[, order])."""
+    out = []
+    for step in steps:
+        planner, ps = step[0], step[1]
+        order = step[2] if len(step) > 2 else (0,)
+        out += [PLANNERS.index(planner)] + placements(ps) + list(order)
+    return bytes(out)
+
+
+# Chains (from -> to -> hop1 -> ...): each hop is planned from the previous target and executed in
+# the same Run. Partial and nested-order intermediates, all three planners, refused hops.
+PLANNER_SEEDS.update({
+    "chain_2d_round_trip": case([2, 2], [5, 6], "f32", "optimal", ["S(0)", "S(1)"], ["S(1)", "S(0)"])
+    + hops(("optimal", ["R", "S(0)"]), ("greedy", ["S(0)", "R"]), ("optimal", ["S(0)", "S(1)"])),
+    "chain_partial_middle": case([2, 2], [4, 4], "i32", "optimal", ["R", "R"], ["P", "S(0)"])
+    + hops(("optimal", ["S(1)", "S(0)"]), ("direct", ["R", "R"]), ("optimal", ["P(avg)", "R"]),
+           ("optimal", ["S(0)", "R"])),
+    "chain_nested_orders": case([2, 2], [8, 6], "f64", "optimal", ["S(0)", "S(0)"], ["S(0)", "S(0)"], dst_order=(1, 0))
+    + hops(("optimal", ["S(1)", "S(1)"], (1, 1)), ("optimal", ["S(0)", "S(1)"]), ("optimal", ["R", "R"])),
+    "chain_3d_uneven": case([2, 2, 2], [3, 5, 2], "bf16", "optimal", ["S(0)", "S(1)", "S(2)"], ["R", "S(0)", "R"])
+    + hops(("greedy", ["S(1)", "R", "S(0)"]), ("optimal", ["P(max)", "R", "R"]), ("optimal", ["S(2)", "S(1)", "S(0)"])),
+    "chain_refused_hop": case([4], [6], "f32", "optimal", ["S(0)"], ["P(sum)"])
+    + hops(("optimal", ["P(max)"]), ("optimal", ["R"])),
+    "chain_eight_ranks": case([8], [9, 3], "i64", "optimal", ["S(0)"], ["S(1)"])
+    + hops(("direct", ["S(0)"]), ("optimal", ["P(min)"]), ("greedy", ["R"]), ("optimal", ["S(1)"])),
+})
 
 
 def main():

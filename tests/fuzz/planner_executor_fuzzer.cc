@@ -10,6 +10,14 @@
 //   from, to    per mesh dim b%5: 0,1 S(b%(rank+1)) (rank itself is out of range), 2 R,
 //               3 P(sum), 4 P(op b%4) (mixed ops in one layout are invalid)
 //   orders      b%4: 1 a permutation of each tensor dim's shard dims, 2 nonsense lists, else default
+//   more hops   structure-aware tail: while bytes remain (at most kMaxExtraHops), one more target
+//               layout on the target mesh and shape: planner b%3, placements, order as above. The
+//               case becomes a chain from -> to -> hop1 -> hop2 ..., planned hop by hop and executed
+//               in one Run, each hop checked like the first. So a longer input is a longer chain
+//               (new plans from every reachable layout, Partial and nested sources included)
+//               instead of ignored bytes: the old decoder read at most 26 bytes, and libFuzzer's
+//               inputs never grew past that. The first 26 bytes decode exactly as before, so the
+//               seeds keep their meaning.
 // Contract checked:
 //   - every failure is a non-OK, non-INTERNAL Status with a non-empty message;
 //   - the optimal planner plans every pair of valid layouts CheckPlannable accepts;
@@ -41,6 +49,8 @@ namespace {
 constexpr DType kTypes[] = {DType::kF32, DType::kF64, DType::kBF16, DType::kI32, DType::kI64};
 constexpr ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax, ReduceOp::kMin};
 constexpr PlannerKind kPlanners[] = {PlannerKind::kOptimal, PlannerKind::kGreedy, PlannerKind::kDirect};
+
+constexpr int kMaxExtraHops = 6;
 
 enum Flag { kPlain = 0, kOtherShape = 1, kOtherMesh = 2, kBadLocalShape = 3, kBadLocalDType = 4, kInterNode = 5 };
 
@@ -181,13 +191,47 @@ void RunCase(FuzzInput& in) {
   FUZZ_CHECK(CheckPlannable(*from, *to).ok(), what << ": planned an unplannable pair");
   CheckPlanShape(**plan, *from, *to, what);
 
-  // Execute on the threads world and compare with the single-rank reference.
+  // The chain: hop 0 is from -> to; later hops continue from the previous target. A hop whose
+  // layout or plan is refused (checked like the first) ends the chain there.
+  struct Hop {
+    Layout target;
+    std::shared_ptr<const Plan> plan;
+  };
+  std::vector<Hop> hops = {{*to, *plan}};
+  std::string chain = what;
+  const bool corrupt = flag == kBadLocalShape || flag == kBadLocalDType;
+  const int to_rank = static_cast<int>(to_shape.size());
+  while (!corrupt && !in.empty() && static_cast<int>(hops.size()) <= kMaxExtraHops) {
+    const PlannerKind hop_planner = kPlanners[in.Below(3)];
+    const Placements hp = DecodePlacements(in, to_mesh.ndim(), to_rank);
+    const ShardOrder ho = DecodeOrder(in, hp, to_mesh.ndim(), to_rank);
+    chain += " -> " + ToString(std::span<const Placement>(hp)) + " (" + std::string(PlannerKindName(hop_planner)) + ")";
+    StatusOr<Layout> next = Layout::Create(to_shape, to_mesh, hp, ho);
+    if (!next.ok()) {
+      CheckErrorStatus(next.status(), chain + ": Layout::Create(hop " + std::to_string(hops.size()) + ")");
+      break;
+    }
+    const Layout& prev = hops.back().target;
+    RedistributeOptions hop_options = options;
+    hop_options.planner = hop_planner;
+    StatusOr<std::shared_ptr<const Plan>> hop_plan = PlanFor(prev, *next, dtype, hop_options);
+    if (!hop_plan.ok()) {
+      CheckErrorStatus(hop_plan.status(), chain + ": PlanFor");
+      FUZZ_CHECK(hop_planner != PlannerKind::kOptimal || !CheckPlannable(prev, *next).ok(),
+                 chain << ": the optimal planner refused a plannable pair: " << hop_plan.status());
+      break;
+    }
+    FUZZ_CHECK(CheckPlannable(prev, *next).ok(), chain << ": planned an unplannable pair");
+    CheckPlanShape(**hop_plan, prev, *next, chain);
+    hops.push_back({*next, *hop_plan});
+  }
+
+  // Execute on the threads world and compare with the single-rank reference after every hop.
   const Tensor global = GlobalFor(dtype, shape);
   ThreadWorldOptions wopts;
   wopts.timeout = std::chrono::milliseconds(20000);
   StatusOr<std::unique_ptr<ThreadWorld>> world = ThreadWorld::Create(mesh->size(), wopts);
   FUZZ_CHECK(world.ok(), world.status());
-  const bool corrupt = flag == kBadLocalShape || flag == kBadLocalDType;
   std::mutex mu;
   std::string mismatch;
   const Status run = (*world)->Run([&](Communicator& comm) -> Status {
@@ -203,26 +247,30 @@ void RunCase(FuzzInput& in) {
       const DType t = flag == kBadLocalDType ? (dtype == DType::kF32 ? DType::kI32 : DType::kF32) : dtype;
       local = Tensor::Zeros(t, s);
     }
-    comm.ResetCounters();
-    MF_RETURN_IF_ERROR(ExecutePlan(**plan, comms, local));
-    const int64_t counted = comm.counters().bytes_received;
-    std::string err;
-    if (!to->HasPartial()) {
-      MF_ASSIGN_OR_RETURN(Tensor want, ReferenceLocal(global, *to, r));
-      if (!(local == want)) err = "got " + local.ToString() + " want " + want.ToString();
-    }
-    const int64_t modelled = (*plan)->bytes_received_per_rank.empty()
-                                 ? 0
-                                 : (*plan)->bytes_received_per_rank[*mesh->IndexOf(r)];
-    if (err.empty() && counted != modelled) {
-      err = "received " + std::to_string(counted) + " bytes, the plan models " + std::to_string(modelled);
-    }
-    MF_ASSIGN_OR_RETURN(DTensor y, DTensor::FromLocal(local, *to, r));
-    MF_ASSIGN_OR_RETURN(Tensor full, FullTensor(y, comms));
-    if (err.empty() && !(full == global)) err = "FullTensor differs: " + full.ToString();
-    if (!err.empty()) {
-      std::lock_guard<std::mutex> lock(mu);
-      if (mismatch.empty()) mismatch = "rank " + std::to_string(r) + ": " + err;
+    for (size_t k = 0; k < hops.size(); ++k) {
+      const Layout& target = hops[k].target;
+      const Plan& hop_plan = *hops[k].plan;
+      comm.ResetCounters();
+      MF_RETURN_IF_ERROR(ExecutePlan(hop_plan, comms, local));
+      const int64_t counted = comm.counters().bytes_received;
+      std::string err;
+      if (!target.HasPartial()) {
+        MF_ASSIGN_OR_RETURN(Tensor want, ReferenceLocal(global, target, r));
+        if (!(local == want)) err = "got " + local.ToString() + " want " + want.ToString();
+      }
+      const int64_t modelled =
+          hop_plan.bytes_received_per_rank.empty() ? 0 : hop_plan.bytes_received_per_rank[*mesh->IndexOf(r)];
+      if (err.empty() && counted != modelled) {
+        err = "received " + std::to_string(counted) + " bytes, the plan models " + std::to_string(modelled);
+      }
+      MF_ASSIGN_OR_RETURN(DTensor y, DTensor::FromLocal(local, target, r));
+      MF_ASSIGN_OR_RETURN(Tensor full, FullTensor(y, comms));
+      if (err.empty() && !(full == global)) err = "FullTensor differs: " + full.ToString();
+      if (!err.empty()) {
+        std::lock_guard<std::mutex> lock(mu);
+        // Recorded, not returned: every rank keeps to the same collectives (no hang).
+        if (mismatch.empty()) mismatch = "rank " + std::to_string(r) + " after hop " + std::to_string(k) + ": " + err;
+      }
     }
     return Status();
   });
@@ -230,8 +278,8 @@ void RunCase(FuzzInput& in) {
     CheckErrorStatus(run, what + ": a rank with a wrong local tensor did not fail the run");
     return;
   }
-  FUZZ_CHECK(run.ok(), what << ": execution failed: " << run);
-  FUZZ_CHECK(mismatch.empty(), what << ": " << mismatch);
+  FUZZ_CHECK(run.ok(), chain << ": execution failed: " << run);
+  FUZZ_CHECK(mismatch.empty(), chain << ": " << mismatch);
 }
 
 }  // namespace

@@ -101,6 +101,9 @@ void FixedHeader(const uint8_t* data, size_t size) {
     CheckError(ds.status(), "RecordShardDataset::OpenFiles");
     if (!ds.ok()) continue;
     FUZZ_CHECK((*ds)->size() == h->record_count, "size " << (*ds)->size() << " != count " << h->record_count);
+    // A shard of 0 records may declare records of up to kRecordShardMaxRecordBytes (1 TiB): no
+    // buffer for a record that is not there (regress_empty_shard_of_1tib_records).
+    if ((*ds)->size() == 0) continue;
     std::vector<std::byte> buf(static_cast<size_t>((*ds)->sample_bytes()));
     for (int64_t i : {int64_t{0}, (*ds)->size() - 1}) {
       if (i < 0 || i >= (*ds)->size()) continue;
