@@ -52,6 +52,7 @@
 // Eager sharded ops; the graph compiler (graph IR, propagation, compiled programs).
 #include "meshflow/ops/eager.h"
 #include "meshflow/ops/graph.h"
+#include "meshflow/ops/graph_autodiff.h"
 #include "meshflow/ops/program.h"
 #include "meshflow/ops/propagation.h"
 // Reverse-mode autodiff over sharded DTensors.

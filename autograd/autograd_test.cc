@@ -53,6 +53,7 @@ std::vector<GradCase> Cases() {
       {OpSpec::Matmul(), {{{2, 4, 3}}, {{3, 2}}}},
       {OpSpec::Matmul(), {{{2, 1, 3, 4}}, {{3, 4, 2}}}},
       {OpSpec::Binary(BinaryOp::kAdd), {{{4, 3}}, {{3}}}},
+      {OpSpec::Binary(BinaryOp::kAdd), {{{4, 3}}, {{4, 3}}}},  // one gradient handle for both operands
       {OpSpec::Binary(BinaryOp::kSub), {{{4, 1}}, {{1, 3}}}},
       {OpSpec::Binary(BinaryOp::kMul), {{{4, 3}}, {{4, 1}}}},
       {OpSpec::Binary(BinaryOp::kDiv), {{{4, 3}}, {{3}, 0, pos}}},

@@ -1,4 +1,5 @@
-// Vector-Jacobian products of the eager ops (ops/eager.h), written with eager sharded ops.
+// Vector-Jacobian products of the eager ops (ops/eager.h) on DTensors: the ops' VJPs
+// (ops/op_spec.h Vjp, ops/op_vjp.cc) with every emitted op run at once as an eager sharded op.
 //
 // Given an op's input values, its output value and the gradient of a loss w.r.t. that output
 // (all DTensors on one mesh, any layouts), Vjp returns the gradient w.r.t. each input: nullopt
@@ -9,9 +10,8 @@
 //   MF_ASSIGN_OR_RETURN(std::vector<std::optional<DTensor>> g,
 //                       Vjp(OpSpec::Matmul(), in, y, dy, comms));  // g[0] = dy w^T, g[1] = x^T dy
 //
-// Errors: UNIMPLEMENTED for matmul with a rank-1 operand and for the gradient ops themselves
-// (double backward: *_deriv unary ops, embedding_grad, slice_grad, cross_entropy_grad); errors of
-// the eager ops.
+// Errors: those of Vjp in ops/op_spec.h (UNIMPLEMENTED for matmul with a rank-1 operand and for
+// double backward); errors of the eager ops.
 #ifndef MESHFLOW_AUTOGRAD_VJP_H_
 #define MESHFLOW_AUTOGRAD_VJP_H_
 
@@ -23,6 +23,7 @@
 #include "meshflow/collectives/mesh_comms.h"
 #include "meshflow/dtensor/dtensor.h"
 #include "meshflow/ops/eager.h"
+#include "meshflow/ops/op_spec.h"
 
 namespace meshflow {
 
@@ -35,9 +36,6 @@ StatusOr<DTensor> SumTo(const DTensor& x, const std::vector<int64_t>& shape, Mes
 
 // A Replicate DTensor of shape [] holding `value`, on `like`'s mesh and rank with its dtype.
 StatusOr<DTensor> ScalarLike(const DTensor& like, double value);
-
-// Whether the op has a derivative w.r.t. any operand (false: comparisons).
-bool IsDifferentiable(const OpSpec& op);
 
 }  // namespace meshflow
 

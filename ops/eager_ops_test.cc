@@ -109,6 +109,7 @@ std::vector<OpCase> AllCases() {
       {OpSpec::Unary(UnaryOp::kSiluDeriv), {{{5, 7}}}},
       {OpSpec::Unary(UnaryOp::kTanhDeriv), {{{5, 7}}}},
       {OpSpec::Unary(UnaryOp::kSigmoidDeriv), {{{5, 7}}}},
+      {OpSpec::Unary(UnaryOp::kFill, 0.5), {{{5, 7}}}},
       {OpSpec::Compare(CompareOp::kLt), {{{5, 7}}, {{7}}}},
       {OpSpec::Compare(CompareOp::kEq), {{{5, 1}}, {{1, 7}}}},
       {OpSpec::Compare(CompareOp::kGe), {{{5, 7}, i64}, {{5, 7}, i64}}, true},

@@ -184,6 +184,7 @@ Tensor UnaryT(UnaryOp op, const Tensor& x, double alpha) {
       case UnaryOp::kAddScalar: py[i] = v + a; break;
       case UnaryOp::kLog: py[i] = std::log(v); break;
       case UnaryOp::kStep: py[i] = v > T(0) ? T(1) : T(0); break;
+      case UnaryOp::kFill: py[i] = a; break;
       case UnaryOp::kGeluDeriv: {
         // d/dv 0.5 v (1 + tanh(u)), u = c (v + 0.044715 v^3).
         const T c = static_cast<T>(0.7978845608028654);

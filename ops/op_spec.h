@@ -204,6 +204,37 @@ struct KernelContext {
 StatusOr<Tensor> RunKernel(const OpSpec& op, std::span<const Tensor* const> operands, int64_t mean_count = -1);
 StatusOr<Tensor> RunKernel(const OpSpec& op, std::span<const Tensor* const> operands, const KernelContext& ctx);
 
+// ---- Backward (VJPs; ops/op_vjp.cc, one section per op in the order of op_spec.cc). ----
+
+// Where a VJP emits the ops of a backward computation. Values are handles chosen by the builder:
+// the eager autograd runs each op at once on DTensors (autograd/vjp.h), the graph autodiff appends
+// nodes to a Graph (ops/graph_autodiff.h). So a backward computation is made of ordinary ops,
+// sharded by the same rules and planned by the same planner as the forward.
+class GradBuilder {
+ public:
+  virtual ~GradBuilder() = default;
+  // Applies `op` to `operands`; returns the result's handle.
+  virtual StatusOr<int> Emit(const OpSpec& op, std::span<const int> operands) = 0;
+  // The global shape of a value.
+  virtual const std::vector<int64_t>& Shape(int v) const = 0;
+};
+
+// The gradients of op(inputs) = output w.r.t. each operand, given `grad` (d loss / d output, with
+// the output's shape), emitted on `b`. One entry per operand; nullopt where the operand gets no
+// gradient (integer ids / targets, a comparison's operands, where's cond, a zero derivative such
+// as step's). Broadcast operands get their gradient summed back to their shape.
+// Errors: operand count; a grad shape other than the output's (INVALID_ARGUMENT); UNIMPLEMENTED
+// naming the op for matmul with a rank-1 operand and for the gradient ops themselves (double
+// backward: *_deriv, fill, embedding_grad, slice_grad, cross_entropy_grad); builder errors.
+StatusOr<std::vector<std::optional<int>>> Vjp(const OpSpec& op, GradBuilder& b, std::span<const int> inputs,
+                                              int output, int grad);
+
+// x summed over the dims it was broadcast along, to `shape` (numpy rules), emitted on `b`.
+StatusOr<int> SumTo(GradBuilder& b, int x, const std::vector<int64_t>& shape);
+
+// Whether the op has a derivative w.r.t. any operand (false: comparisons).
+bool IsDifferentiable(const OpSpec& op);
+
 }  // namespace meshflow
 
 #endif  // MESHFLOW_OPS_OP_SPEC_H_

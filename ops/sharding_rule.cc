@@ -222,6 +222,7 @@ std::string_view UnaryOpName(UnaryOp op) {
     case UnaryOp::kAddScalar: return "add_scalar";
     case UnaryOp::kLog: return "log";
     case UnaryOp::kStep: return "step";
+    case UnaryOp::kFill: return "fill";
     case UnaryOp::kGeluDeriv: return "gelu_deriv";
     case UnaryOp::kSiluDeriv: return "silu_deriv";
     case UnaryOp::kTanhDeriv: return "tanh_deriv";
@@ -231,7 +232,9 @@ std::string_view UnaryOpName(UnaryOp op) {
 }
 
 bool IsLinear(UnaryOp op) { return op == UnaryOp::kNeg || op == UnaryOp::kScale; }
-bool HasAlpha(UnaryOp op) { return op == UnaryOp::kScale || op == UnaryOp::kPow || op == UnaryOp::kAddScalar; }
+bool HasAlpha(UnaryOp op) {
+  return op == UnaryOp::kScale || op == UnaryOp::kPow || op == UnaryOp::kAddScalar || op == UnaryOp::kFill;
+}
 
 ShardingRule UnaryRule(UnaryOp op, std::span<const int64_t> x) {
   ShardingRule r;

@@ -138,12 +138,13 @@ enum class UnaryOp {
   kNeg, kScale, kRelu, kExp, kGelu,
   kTanh, kSigmoid, kSilu, kSqrt, kRsqrt, kPow, kAddScalar, kLog, kStep,
   kGeluDeriv, kSiluDeriv, kTanhDeriv, kSigmoidDeriv,
+  kFill,  // alpha everywhere (x's shape and dtype): constants of backward computations
 };
 // "neg", "scale", "relu", "exp", "gelu", "tanh", "sigmoid", "silu", "sqrt", "rsqrt", "pow",
-// "add_scalar", "log", "step", "gelu_deriv", "silu_deriv", "tanh_deriv", "sigmoid_deriv"
+// "add_scalar", "log", "step", "gelu_deriv", "silu_deriv", "tanh_deriv", "sigmoid_deriv", "fill"
 std::string_view UnaryOpName(UnaryOp op);
 bool IsLinear(UnaryOp op);                 // neg, scale
-// Whether `alpha` is a parameter of the op (scale, pow, add_scalar): printed by OpSpec::ToString.
+// Whether `alpha` is a parameter of the op (scale, pow, add_scalar, fill): printed by OpSpec::ToString.
 bool HasAlpha(UnaryOp op);
 ShardingRule UnaryRule(UnaryOp op, std::span<const int64_t> x);
 

@@ -181,7 +181,8 @@ void ExpectSameAsSingleRank(const Model& m, const std::vector<Plan>& plans) {
                     std::vector<std::optional<Placements>>(m.init.size())};
   std::vector<Tensor> want;
   std::vector<double> want_losses;
-  ASSERT_TRUE(Train(m, single, 20, &want, &want_losses).ok());
+  const Status single_status = Train(m, single, 20, &want, &want_losses);
+  ASSERT_TRUE(single_status.ok()) << single_status;
   EXPECT_LT(want_losses.back(), want_losses.front());
   for (const Plan& plan : plans) {
     std::vector<Tensor> got;

@@ -1,5 +1,6 @@
 // Every example in data/dataset.h, data/loader.h, data/token_file.h, data/record_shards.h,
-// data/mapped_file.h and data/sample_order.h is compiled here; keep them identical.
+// data/mapped_file.h, data/sample_order.h, data/mixture.h and data/packed.h is compiled here;
+// keep them identical.
 //
 // Each test runs in a fresh directory under $TEST_TMPDIR (its current directory), so the
 // examples' relative file names ("train.bin", "t.bin", "ds") are the test's own files.
@@ -20,6 +21,8 @@
 #include "meshflow/data/dataset.h"
 #include "meshflow/data/loader.h"
 #include "meshflow/data/mapped_file.h"
+#include "meshflow/data/mixture.h"
+#include "meshflow/data/packed.h"
 #include "meshflow/data/record_shards.h"
 #include "meshflow/data/sample_order.h"
 #include "meshflow/data/test_util.h"
@@ -248,6 +251,81 @@ TEST_F(DataDocTest, RecordShardManifestText) {
       << s;
   EXPECT_NE(s.find("shard name=shard-00001.mfrec records=500 bytes=12128 crc32c=0x"), std::string::npos) << s;
   EXPECT_NE(s.find("\nmanifest_crc32c=0x"), std::string::npos) << s;
+}
+
+// data/mixture.h (web, code, books: datasets of one dtype and sample shape; mesh: a {2} "dp"
+// mesh; rank 0). Returns the loader's first batch.
+StatusOr<Batch> MixtureExample(std::shared_ptr<const Dataset> web, std::shared_ptr<const Dataset> code,
+                               std::shared_ptr<const Dataset> books, const DeviceMesh& mesh, int rank,
+                               std::vector<int64_t>* counts) {
+  MF_ASSIGN_OR_RETURN(auto mix, MixtureDataset::Create({{web, 0.7}, {code, 0.2}, {books, 0.1}},
+                                                       {.num_samples = 100000, .seed = 7}));
+  MF_ASSIGN_OR_RETURN(auto loader, DataLoader::Create(mix, mesh, rank, {.global_batch_size = 64}));
+
+  // mix->Locate(i)  ->  {component, index in the component} of virtual sample i
+  for (int s = 0; s < mix->num_components(); ++s) counts->push_back(mix->count(s));
+  for (int64_t i : {int64_t{0}, int64_t{69999}, int64_t{70000}, int64_t{99999}}) {
+    const auto [component, index] = mix->Locate(i);
+    EXPECT_EQ(component, i < 70000 ? 0 : i < 90000 ? 1 : 2) << i;
+    std::vector<std::byte> got(mix->sample_bytes()), want(mix->sample_bytes());
+    MF_RETURN_IF_ERROR(mix->Read(i, got));
+    MF_RETURN_IF_ERROR((component == 0 ? web : component == 1 ? code : books)->Read(index, want));
+    EXPECT_EQ(got, want) << i;
+  }
+  return loader->NextBatch();
+}
+
+TEST_F(DataDocTest, Mixture) {
+  auto tagged = [](int64_t tag, int64_t n) {
+    Tensor t = Tensor::Zeros(DType::kI64, {n, 2});
+    for (int64_t i = 0; i < n; ++i) {
+      t.data<int64_t>()[static_cast<size_t>(2 * i)] = tag;
+      t.data<int64_t>()[static_cast<size_t>(2 * i + 1)] = i;
+    }
+    return std::shared_ptr<const Dataset>(*InMemoryDataset::FromTensor(t));
+  };
+  StatusOr<DeviceMesh> mesh = DeviceMesh::Create({2}, {"dp"});
+  ASSERT_TRUE(mesh.ok());
+  std::vector<int64_t> counts;
+  StatusOr<Batch> batch = MixtureExample(tagged(0, 50000), tagged(1, 1000), tagged(2, 30000), *mesh, 0, &counts);
+  ASSERT_TRUE(batch.ok()) << batch.status();
+  // "share weight(s) / sum(weights) of num_samples": exact here.
+  EXPECT_EQ(counts, (std::vector<int64_t>{70000, 20000, 10000}));
+  EXPECT_EQ(batch->data.global_shape(), (std::vector<int64_t>{64, 2}));
+  EXPECT_EQ(batch->data.local().shape(), (std::vector<int64_t>{32, 2}));
+}
+
+// data/packed.h (docs.mftok: a token file of documents ending with 50256).
+Status PackedExample() {
+  MF_ASSIGN_OR_RETURN(auto tokens, TokenFileDataset::Open("docs.mftok", {.seq_len = 1}));
+  MF_ASSIGN_OR_RETURN(auto packed, PackedTokenDataset::Create(tokens, {.seq_len = 2048, .eos_token = 50256}));
+
+  // packed->sample_shape()  ->  {3, 2049}
+  EXPECT_EQ(packed->sample_shape(), (std::vector<int64_t>{3, 2049}));
+  EXPECT_EQ(packed->size(), (5000 - 1) / 2048);
+  EXPECT_EQ(packed->num_documents(), 5000 / 100);
+  return Status::Ok();
+}
+
+TEST_F(DataDocTest, Packed) {
+  std::vector<uint32_t> tokens(5000);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = i % 100 == 99 ? 50256u : static_cast<uint32_t>(i % 1000);
+  ASSERT_EQ(WriteTokenFile("docs.mftok", tokens, TokenWidth::kU16), Status::Ok());
+  EXPECT_EQ(PackedExample(), Status::Ok());
+}
+
+// data/packed.h: the picture of one sample (E = eos_token, seq_len = 8).
+TEST_F(DataDocTest, PackedRowsPicture) {
+  const uint32_t e = 9;
+  ASSERT_EQ(WriteTokenFile("p.mftok", std::vector<uint32_t>{5, 6, e, 7, 8, 1, e, 3, 4}, TokenWidth::kU16), Status::Ok());
+  StatusOr<std::shared_ptr<TokenFileDataset>> tokens = TokenFileDataset::Open("p.mftok", {.seq_len = 1});
+  ASSERT_TRUE(tokens.ok()) << tokens.status();
+  StatusOr<std::shared_ptr<PackedTokenDataset>> packed = PackedTokenDataset::Create(*tokens, {.seq_len = 8, .eos_token = e});
+  ASSERT_TRUE(packed.ok()) << packed.status();
+  std::vector<int32_t> v(27);
+  ASSERT_EQ((*packed)->Read(0, std::as_writable_bytes(std::span(v))), Status::Ok());
+  EXPECT_EQ(std::vector<int32_t>(v.begin() + 9, v.begin() + 18), (std::vector<int32_t>{0, 1, 2, 0, 1, 2, 3, 0, 1}));
+  EXPECT_EQ(std::vector<int32_t>(v.begin() + 18, v.end()), (std::vector<int32_t>{0, 0, 0, 1, 1, 1, 1, 2, 2}));
 }
 
 // data/sample_order.h

@@ -21,6 +21,7 @@
 #include "meshflow/mesh/device_mesh.h"
 #include "meshflow/ops/eager.h"
 #include "meshflow/ops/graph.h"
+#include "meshflow/ops/graph_autodiff.h"
 #include "meshflow/ops/kernels.h"
 #include "meshflow/ops/op_spec.h"
 #include "meshflow/ops/strategy.h"
@@ -221,6 +222,29 @@ Status KernelsExample(const Tensor& a, const Tensor& b, const Tensor& x, const T
     EXPECT_NEAR(p.GetAsDouble(3 * row) + p.GetAsDouble(3 * row + 1) + p.GetAsDouble(3 * row + 2), 1.0, 1e-6);
   }
   return Status::Ok();
+}
+
+// ops/graph_autodiff.h
+Status GraphAutodiffExample(Graph& g, ValueId y, ValueId w1, ValueId w2) {
+  MF_ASSIGN_OR_RETURN(ValueId loss, g.Apply(OpSpec::Reduce(ReduceKind::kMean, {}, false), {y}, "loss"));
+  const ValueId params[] = {w1, w2};
+  MF_ASSIGN_OR_RETURN(std::vector<ValueId> grads, AppendBackward(g, loss, params));
+  for (ValueId d : grads) MF_RETURN_IF_ERROR(g.MarkOutput(d));
+  // Propagate / Compile / Execute the graph: outputs are the forward's and the gradients.
+  return Status::Ok();
+}
+
+TEST(GraphAutodiffDocTest, Example) {
+  Graph g(*DeviceMesh::Create({2}, {"dp"}));
+  const ValueId x = *g.Input("x", {4, 3}, DType::kF32);
+  const ValueId w1 = *g.Param("w1", {3, 5}, DType::kF32);
+  const ValueId w2 = *g.Param("w2", {5, 2}, DType::kF32);
+  const ValueId h = *g.Apply(OpSpec::Matmul(), {x, w1}, "h");
+  const ValueId y = *g.Apply(OpSpec::Matmul(), {h, w2}, "y");
+  ASSERT_EQ(GraphAutodiffExample(g, y, w1, w2), Status::Ok());
+  ASSERT_EQ(g.outputs().size(), 2u);
+  EXPECT_EQ(g.value(g.outputs()[0]).name, "d_w1");
+  EXPECT_TRUE(Compile(g).ok());
 }
 
 // ops/op_spec.h
