@@ -39,16 +39,6 @@ std::vector<std::string> Split(const std::string& s, char sep) {
   return out;
 }
 
-// Row-major coordinate of mesh index i.
-std::vector<int64_t> CoordOf(const DeviceMesh& mesh, int64_t i) {
-  std::vector<int64_t> c(static_cast<size_t>(mesh.ndim()));
-  for (int d = mesh.ndim() - 1; d >= 0; --d) {
-    c[d] = i % mesh.dim_size(d);
-    i /= mesh.dim_size(d);
-  }
-  return c;
-}
-
 int64_t IndexOf(const DeviceMesh& mesh, const std::vector<int64_t>& c) {
   int64_t i = 0;
   for (int d = 0; d < mesh.ndim(); ++d) i = i * mesh.dim_size(d) + c[d];
@@ -60,20 +50,43 @@ double BetaUs(double factor, int64_t bytes, double bw_gbps) {
   return factor * static_cast<double>(bytes) / (bw_gbps * 1e3);
 }
 
-// Per mesh dim, the sorted start coordinates of the cells: coordinate ranges within which every
-// shard chain of `a` and `b` gives the same interval length at every level, whatever the
-// (reachable) length of the interval being split. torch.chunk of a length L > 0 into k parts
+// Reused per-thread buffers of the collective pricing (the search prices thousands of edges).
+struct CellScratch {
+  std::vector<std::vector<int64_t>> cuts;
+  std::vector<int64_t> lens, next, coord;
+  std::vector<size_t> idx;
+  std::vector<Interval> fi, ti;
+  // ForEachGridPoint: per tensor dim, its factor table and its stride per mesh dim (row-major
+  // over the grid positions of the mesh dims its chains use; 0 for the others).
+  std::vector<std::vector<int64_t>> table;  // (from length, to length, overlap) triples
+  std::vector<int64_t> stride;             // tensor rank x mesh ndim
+  std::vector<int64_t> off;
+  std::vector<std::vector<int64_t>> grid;
+  std::vector<bool> diff;
+  std::vector<char> used;
+};
+
+CellScratch& Scratch() {
+  thread_local CellScratch s;
+  return s;
+}
+
+// Per mesh dim, the sorted start coordinates of the cells (in s.cuts): coordinate ranges within
+// which every shard chain of `a` and `b` gives the same interval length at every level, whatever
+// the (reachable) length of the interval being split. torch.chunk of a length L > 0 into k parts
 // (chunk = ceil(L/k), q = L / chunk): parts 0..q-1 are full, part q holds L - q*chunk (if q < k),
 // parts q+1.. are empty; so the cuts are q and q+1 for every reachable L at that level.
-std::vector<std::vector<int64_t>> LengthCells(const Layout& a, const Layout& b) {
-  const DeviceMesh& mesh = a.mesh();
-  std::vector<std::vector<int64_t>> cuts(static_cast<size_t>(mesh.ndim()), std::vector<int64_t>{0});
-  std::vector<int64_t> lens, next;
-  for (const Layout* l : {&a, &b}) {
+void LengthCells(const ShardChains& a, const ShardChains& b, CellScratch& s) {
+  const size_t nd = a.mesh_shape.size();
+  if (s.cuts.size() < nd) s.cuts.resize(nd);
+  for (size_t m = 0; m < nd; ++m) s.cuts[m].assign(1, 0);
+  std::vector<int64_t>& lens = s.lens;
+  std::vector<int64_t>& next = s.next;
+  for (const ShardChains* l : {&a, &b}) {
     for (int t = 0; t < l->tensor_rank(); ++t) {
-      lens.assign(1, l->global_shape()[t]);
-      for (int m : l->shard_order()[t]) {
-        const int64_t k = mesh.dim_size(m);
+      lens.assign(1, l->shape[t]);
+      for (int m : l->chain(t)) {
+        const int64_t k = l->mesh_shape[m];
         next.clear();
         for (int64_t len : lens) {
           if (len == 0) {
@@ -84,11 +97,11 @@ std::vector<std::vector<int64_t>> LengthCells(const Layout& a, const Layout& b) 
           const int64_t q = len / chunk;
           next.push_back(chunk);
           if (q < k) {
-            cuts[m].push_back(q);
+            s.cuts[m].push_back(q);
             next.push_back(len - q * chunk);
           }
           if (q + 1 < k) {
-            cuts[m].push_back(q + 1);
+            s.cuts[m].push_back(q + 1);
             next.push_back(0);
           }
         }
@@ -98,21 +111,126 @@ std::vector<std::vector<int64_t>> LengthCells(const Layout& a, const Layout& b) 
       }
     }
   }
-  for (std::vector<int64_t>& c : cuts) {
+  for (size_t m = 0; m < nd; ++m) {
+    std::vector<int64_t>& c = s.cuts[m];
     std::sort(c.begin(), c.end());
     c.erase(std::unique(c.begin(), c.end()), c.end());
   }
-  return cuts;
 }
 
-// The intervals of `l`'s box at mesh coordinate `coord`, one per tensor dim (Layout::LocalBoxAt
+// The intervals of the box at mesh coordinate `coord`, one per tensor dim (Layout::LocalBoxAt
 // without building a Box).
-void LocalIntervals(const Layout& l, std::span<const int64_t> coord, std::vector<Interval>& out) {
+void LocalIntervals(const ShardChains& l, std::span<const int64_t> coord, std::vector<Interval>& out) {
   out.resize(static_cast<size_t>(l.tensor_rank()));
   for (int t = 0; t < l.tensor_rank(); ++t) {
-    Interval iv{0, l.global_shape()[t]};
-    for (int m : l.shard_order()[t]) iv = ChunkOf(iv, l.mesh().dim_size(m), coord[m]);
+    Interval iv{0, l.shape[t]};
+    for (int m : l.chain(t)) iv = ChunkOf(iv, l.mesh_shape[m], coord[m]);
     out[t] = iv;
+  }
+}
+
+int64_t MaxLocalElements(const ShardChains& l) {
+  int64_t e = 1;
+  for (int t = 0; t < l.tensor_rank(); ++t) {
+    Interval iv{0, l.shape[t]};
+    for (int m : l.chain(t)) iv = ChunkOf(iv, l.mesh_shape[m], 0);
+    e *= iv.size();
+  }
+  return e;
+}
+
+// A Layout's shard order as chains (ShardChains views into `dims` / `begin`).
+struct FlatChains {
+  std::vector<int> dims, begin;
+  ShardChains Of(const Layout& l) {
+    dims.clear();
+    begin.assign(1, 0);
+    for (const std::vector<int>& o : l.shard_order()) {
+      dims.insert(dims.end(), o.begin(), o.end());
+      begin.push_back(static_cast<int>(dims.size()));
+    }
+    return ShardChains{l.global_shape(), l.mesh().shape(), dims, begin};
+  }
+};
+
+// Calls f(from_elems, to_elems, held) for every point of the grid s.grid (per mesh dim, the
+// coordinates to visit; row-major, the last mesh dim fastest), where from_elems and to_elems are
+// the element counts of the two boxes at that coordinate and held = |from box ∩ to box|. Each
+// tensor dim's factors depend only on the coordinates of the mesh dims in its two chains, so they
+// are tabulated per tensor dim over those dims' grid positions (no ChunkOf per point): a point
+// costs O(tensor rank).
+template <typename F>
+void ForEachGridPoint(const ShardChains& from, const ShardChains& to, CellScratch& s, F&& f) {
+  const int nd = static_cast<int>(from.mesh_shape.size());
+  const int tr = from.tensor_rank();
+  if (static_cast<int>(s.table.size()) < tr) s.table.resize(static_cast<size_t>(tr));
+  s.stride.assign(static_cast<size_t>(tr) * nd, 0);
+  s.off.assign(static_cast<size_t>(tr), 0);
+  s.coord.assign(static_cast<size_t>(nd), 0);
+  s.idx.assign(static_cast<size_t>(nd), 0);
+  for (int t = 0; t < tr; ++t) {
+    std::vector<char>& used = s.used;
+    used.assign(static_cast<size_t>(nd), 0);
+    for (int m : from.chain(t)) used[m] = 1;
+    for (int m : to.chain(t)) used[m] = 1;
+    int64_t size = 1;
+    for (int m = nd - 1; m >= 0; --m) {
+      if (!used[m]) continue;
+      s.stride[static_cast<size_t>(t) * nd + m] = size;
+      size *= static_cast<int64_t>(s.grid[m].size());
+    }
+    std::vector<int64_t>& tab = s.table[t];
+    tab.resize(static_cast<size_t>(3 * size));
+    // Enumerate the table's points in its own row-major order (the used dims, last fastest).
+    for (int64_t k = 0; k < size; ++k) {
+      int64_t rem = k;
+      for (int m = nd - 1; m >= 0; --m) {
+        if (!used[m]) continue;
+        const int64_t g = static_cast<int64_t>(s.grid[m].size());
+        s.coord[m] = s.grid[m][rem % g];
+        rem /= g;
+      }
+      Interval fi{0, from.shape[t]}, ti{0, to.shape[t]};
+      for (int m : from.chain(t)) fi = ChunkOf(fi, from.mesh_shape[m], s.coord[m]);
+      for (int m : to.chain(t)) ti = ChunkOf(ti, to.mesh_shape[m], s.coord[m]);
+      const int64_t b = std::max(fi.begin, ti.begin), e = std::min(fi.end, ti.end);
+      tab[3 * k] = fi.size();
+      tab[3 * k + 1] = ti.size();
+      tab[3 * k + 2] = std::max<int64_t>(0, e - b);
+    }
+  }
+  while (true) {
+    int64_t fe = 1, te = 1, held = 1;
+    for (int t = 0; t < tr; ++t) {
+      const int64_t* x = s.table[t].data() + 3 * s.off[t];
+      fe *= x[0];
+      te *= x[1];
+      held *= x[2];
+    }
+    f(fe, te, held);
+    int m = nd - 1;
+    for (; m >= 0; --m) {
+      // Indexed, not a pointer to stride[m]: the stride table is empty for a rank-0 tensor.
+      auto st = [&](int t) { return s.stride[static_cast<size_t>(t) * nd + static_cast<size_t>(m)]; };
+      if (++s.idx[m] < s.grid[m].size()) {
+        for (int t = 0; t < tr; ++t) s.off[t] += st(t);
+        break;
+      }
+      const int64_t back = static_cast<int64_t>(s.grid[m].size()) - 1;
+      for (int t = 0; t < tr; ++t) s.off[t] -= back * st(t);
+      s.idx[m] = 0;
+    }
+    if (m < 0) break;
+  }
+}
+
+// s.grid = every coordinate of every mesh dim (ForEachGridPoint then visits every rank, in mesh
+// index order).
+void AllCoordinates(const DeviceMesh& mesh, CellScratch& s) {
+  if (s.grid.size() < static_cast<size_t>(mesh.ndim())) s.grid.resize(static_cast<size_t>(mesh.ndim()));
+  for (int m = 0; m < mesh.ndim(); ++m) {
+    s.grid[m].resize(static_cast<size_t>(mesh.dim_size(m)));
+    for (int64_t c = 0; c < mesh.dim_size(m); ++c) s.grid[m][c] = c;
   }
 }
 
@@ -122,44 +240,66 @@ void LocalIntervals(const Layout& l, std::span<const int64_t> coord, std::vector
 //
 // A tensor dim with the same chain in both layouts contributes the same factor L to both counts;
 // its mesh dims shard nothing else, so the max is (product of those dims' longest L, at
-// coordinate 0) times the max over the other mesh dims: only those are enumerated.
-int64_t MaxElementsNotHeld(const Layout& from, const Layout& to) {
-  std::vector<std::vector<int64_t>> cells = LengthCells(from, to);
-  const size_t nd = cells.size();
-  for (int t = 0; t < from.tensor_rank(); ++t) {
-    if (from.shard_order()[t] != to.shard_order()[t]) continue;
-    for (int m : from.shard_order()[t]) cells[m].assign(1, 0);
+// coordinate 0) times the max over the other mesh dims of the product difference over the other
+// tensor dims (each factor of which is >= 0: held <= whole per tensor dim), which only the other
+// tensor dims' chains enter.
+int64_t MaxElementsNotHeld(const ShardChains& from, const ShardChains& to) {
+  const int tr = from.tensor_rank();
+  int64_t same = 1;  // product of the equal-chain tensor dims' longest lengths
+  CellScratch& s = Scratch();
+  std::vector<bool>& diff = s.diff;
+  diff.assign(static_cast<size_t>(tr), false);
+  bool any = false;
+  for (int t = 0; t < tr; ++t) {
+    const std::span<const int> a = from.chain(t), b = to.chain(t);
+    if (std::equal(a.begin(), a.end(), b.begin(), b.end())) {
+      Interval iv{0, from.shape[t]};
+      for (int m : a) iv = ChunkOf(iv, from.mesh_shape[m], 0);
+      same *= iv.size();
+      continue;
+    }
+    diff[t] = true;
+    any = true;
   }
-  std::vector<size_t> idx(nd, 0);
-  std::vector<int64_t> coord(nd, 0);
-  std::vector<Interval> fi, ti;
+  if (same == 0 || !any) return 0;  // no element to receive anywhere
+  LengthCells(from, to, s);
+  std::vector<std::vector<int64_t>>& cells = s.cuts;
+  const size_t nd = from.mesh_shape.size();
+  for (int t = 0; t < tr; ++t) {
+    if (diff[t]) continue;
+    for (int m : from.chain(t)) cells[m].assign(1, 0);
+  }
+  s.idx.assign(nd, 0);
+  s.coord.assign(nd, 0);
   int64_t best = 0;
   while (true) {
-    for (size_t m = 0; m < nd; ++m) coord[m] = cells[m][idx[m]];
-    LocalIntervals(from, coord, fi);
-    LocalIntervals(to, coord, ti);
+    for (size_t m = 0; m < nd; ++m) s.coord[m] = cells[m][s.idx[m]];
     int64_t whole = 1, held = 1;
-    for (size_t t = 0; t < ti.size(); ++t) {
-      whole *= ti[t].size();
-      const int64_t b = std::max(fi[t].begin, ti[t].begin), e = std::min(fi[t].end, ti[t].end);
+    for (int t = 0; t < tr; ++t) {
+      if (!diff[t]) continue;
+      Interval fi{0, from.shape[t]}, ti{0, to.shape[t]};
+      for (int m : from.chain(t)) fi = ChunkOf(fi, from.mesh_shape[m], s.coord[m]);
+      for (int m : to.chain(t)) ti = ChunkOf(ti, to.mesh_shape[m], s.coord[m]);
+      whole *= ti.size();
+      const int64_t b = std::max(fi.begin, ti.begin), e = std::min(fi.end, ti.end);
       held *= std::max<int64_t>(0, e - b);
     }
     best = std::max(best, whole - held);
     size_t m = 0;
     for (; m < nd; ++m) {
-      if (++idx[m] < cells[m].size()) break;
-      idx[m] = 0;
+      if (++s.idx[m] < cells[m].size()) break;
+      s.idx[m] = 0;
     }
     if (m == nd) break;
   }
-  return best;
+  return same * best;
 }
 
 // Appends, for the chunks of `iv` split along chain[level..] (torch.chunk at every level) that are
 // non-empty and overlap `target`, the overlap length to `lens` and the chain coordinates to
 // `coords` (cc holds the coordinates of the levels above). Only overlapping chunks are visited:
 // at each level they are a contiguous range of chunk indices.
-void ChunksOverlapping(const DeviceMesh& mesh, const std::vector<int>& chain, size_t level, Interval iv,
+void ChunksOverlapping(std::span<const int64_t> mesh_shape, std::span<const int> chain, size_t level, Interval iv,
                        Interval target, std::vector<int64_t>& cc, std::vector<int64_t>& lens,
                        std::vector<int64_t>& coords) {
   const int64_t b = std::max(iv.begin, target.begin), e = std::min(iv.end, target.end);
@@ -169,13 +309,13 @@ void ChunksOverlapping(const DeviceMesh& mesh, const std::vector<int>& chain, si
     coords.insert(coords.end(), cc.begin(), cc.end());
     return;
   }
-  const int64_t k = mesh.dim_size(chain[level]);
+  const int64_t k = mesh_shape[chain[level]];
   const int64_t chunk = (iv.size() + k - 1) / k;
   const int64_t lo = (b - iv.begin) / chunk;
   const int64_t hi = std::min(k - 1, (e - 1 - iv.begin) / chunk);
   for (int64_t x = lo; x <= hi; ++x) {
     cc[level] = x;
-    ChunksOverlapping(mesh, chain, level + 1, ChunkOf(iv, k, x), target, cc, lens, coords);
+    ChunksOverlapping(mesh_shape, chain, level + 1, ChunkOf(iv, k, x), target, cc, lens, coords);
   }
 }
 
@@ -184,21 +324,20 @@ void ChunksOverlapping(const DeviceMesh& mesh, const std::vector<int>& chain, si
 // With first_rank_only, only the destination at mesh index 0 is priced and `us` is its incoming
 // time (max_bytes_per_rank its bytes).
 // With bytes_per_rank, also fills every rank's received bytes (mesh().ranks() order).
-StatusOr<StepCost> SendRecvCost(const Layout& from, const Layout& to, int64_t esize, const Topology& topo,
-                                bool first_rank_only = false, std::vector<int64_t>* bytes_per_rank = nullptr) {
-  if (!(from.mesh() == to.mesh()) || from.global_shape() != to.global_shape() || from.HasPartial()) {
-    return DirectTransfers(from, to).status();
-  }
-  const DeviceMesh& mesh = from.mesh();
+// SendRecvCost on chains (`from` Partial-free; Replicate dims are those in no chain of `from`).
+StepCost SendRecvCostChains(const DeviceMesh& mesh, const ShardChains& from, const ShardChains& to, int64_t esize,
+                            const Topology& topo, bool first_rank_only, std::vector<int64_t>* bytes_per_rank) {
   const int nd = mesh.ndim();
   const int tr = from.tensor_rank();
   const int64_t n = mesh.size();
   const std::vector<int>& ranks = mesh.ranks();
+  std::vector<char> sharded(static_cast<size_t>(nd), 0);
+  for (int m : from.dims) sharded[m] = 1;
   // Replicate dims of the source (ascending) and their row-major holder spread.
   std::vector<int> rep;
   int64_t h_count = 1;
   for (int m = 0; m < nd; ++m) {
-    if (!IsShard(from.placement(m))) {
+    if (!sharded[m]) {
       rep.push_back(m);
       h_count *= mesh.dim_size(m);
     }
@@ -208,7 +347,8 @@ StatusOr<StepCost> SendRecvCost(const Layout& from, const Layout& to, int64_t es
     int64_t src_index;
     double us;
   };
-  std::vector<double> in_us(static_cast<size_t>(n), 0.0), out_us(static_cast<size_t>(n), 0.0);
+  const size_t slots = first_rank_only ? 1 : static_cast<size_t>(n);
+  std::vector<double> in_us(slots, 0.0), out_us(first_rank_only ? 0 : slots, 0.0);
   int64_t max_bytes = 0;
   std::vector<Interval> ti;
   // Per tensor dim, the non-empty source chunks overlapping the destination's interval: overlap
@@ -218,18 +358,35 @@ StatusOr<StepCost> SendRecvCost(const Layout& from, const Layout& to, int64_t es
   std::vector<In> mine;
   std::vector<int64_t> h(static_cast<size_t>(nd));
   std::vector<size_t> idx(static_cast<size_t>(tr));
-  std::vector<int> path;
   const int64_t dst_end = first_rank_only ? std::min<int64_t>(n, 1) : n;
+  std::vector<int64_t> c(static_cast<size_t>(nd), 0);
+  std::vector<Interval> last_ti(static_cast<size_t>(tr));
+  // Per mesh dim latency and bandwidth (LinkOf of a path: max latency, min bandwidth over it).
+  std::vector<double> lat(static_cast<size_t>(nd)), bw(static_cast<size_t>(nd));
+  for (int d = 0; d < nd; ++d) {
+    lat[d] = topo.LatencyUs(d);
+    bw[d] = topo.BandwidthGBps(d);
+  }
   for (int64_t i = 0; i < dst_end; ++i) {
-    const std::vector<int64_t> c = CoordOf(mesh, i);
+    if (i > 0) {  // the next row-major coordinate
+      for (int d = nd - 1; d >= 0; --d) {
+        if (++c[d] < mesh.dim_size(d)) break;
+        c[d] = 0;
+      }
+    }
     LocalIntervals(to, c, ti);
     bool any = true;
     for (int t = 0; t < tr && any; ++t) {
-      const std::vector<int>& chain = from.shard_order()[t];
-      over_len[t].clear();
-      over_coords[t].clear();
-      cc.assign(chain.size(), 0);
-      ChunksOverlapping(mesh, chain, 0, Interval{0, from.global_shape()[t]}, ti[t], cc, over_len[t], over_coords[t]);
+      // Neighbouring ranks often share a tensor dim's target interval: reuse its overlaps.
+      if (!(i > 0 && last_ti[t] == ti[t])) {
+        const std::span<const int> chain = from.chain(t);
+        over_len[t].clear();
+        over_coords[t].clear();
+        cc.assign(chain.size(), 0);
+        ChunksOverlapping(from.mesh_shape, chain, 0, Interval{0, from.shape[t]}, ti[t], cc, over_len[t],
+                          over_coords[t]);
+        last_ti[t] = ti[t];
+      }
       any = !over_len[t].empty();
     }
     if (!any) continue;
@@ -249,7 +406,7 @@ StatusOr<StepCost> SendRecvCost(const Layout& from, const Layout& to, int64_t es
       bool own = true;
       for (int t = 0; t < tr; ++t) {
         elems *= over_len[t][idx[t]];
-        const std::vector<int>& chain = from.shard_order()[t];
+        const std::span<const int> chain = from.chain(t);
         const int64_t* pc = over_coords[t].data() + idx[t] * chain.size();
         for (size_t j = 0; j < chain.size(); ++j) {
           h[chain[j]] = pc[j];
@@ -257,11 +414,13 @@ StatusOr<StepCost> SendRecvCost(const Layout& from, const Layout& to, int64_t es
         }
       }
       if (!own) {
-        path.clear();
+        Link link{0.0, std::numeric_limits<double>::infinity()};
         for (int d = 0; d < nd; ++d) {
-          if (h[d] != c[d]) path.push_back(d);
+          if (h[d] != c[d]) {
+            link.alpha_us = std::max(link.alpha_us, lat[d]);
+            link.bw_gbps = std::min(link.bw_gbps, bw[d]);
+          }
         }
-        const Link link = LinkOf(topo, path);
         const int64_t bytes = elems * esize;
         const int64_t hi = IndexOf(mesh, h);
         mine.push_back(In{ranks[hi], hi, link.alpha_us + BetaUs(1.0, bytes, link.bw_gbps)});
@@ -277,7 +436,7 @@ StatusOr<StepCost> SendRecvCost(const Layout& from, const Layout& to, int64_t es
     std::sort(mine.begin(), mine.end(), [](const In& a, const In& b) { return a.src_rank < b.src_rank; });
     for (const In& x : mine) {
       in_us[i] += x.us;
-      out_us[x.src_index] += x.us;
+      if (!first_rank_only) out_us[x.src_index] += x.us;
     }
     max_bytes = std::max(max_bytes, bytes_in);
     if (bytes_per_rank != nullptr) (*bytes_per_rank)[i] = bytes_in;
@@ -290,6 +449,16 @@ StatusOr<StepCost> SendRecvCost(const Layout& from, const Layout& to, int64_t es
   }
   for (int64_t i = 0; i < n; ++i) out.us = std::max(out.us, std::max(in_us[i], out_us[i]));
   return out;
+}
+
+// ModelStep's send_recv time and busiest rank's bytes (see SendRecvCostChains).
+StatusOr<StepCost> SendRecvCost(const Layout& from, const Layout& to, int64_t esize, const Topology& topo,
+                                bool first_rank_only = false, std::vector<int64_t>* bytes_per_rank = nullptr) {
+  if (!(from.mesh() == to.mesh()) || from.global_shape() != to.global_shape() || from.HasPartial()) {
+    return DirectTransfers(from, to).status();
+  }
+  FlatChains a, b;
+  return SendRecvCostChains(from.mesh(), a.Of(from), b.Of(to), esize, topo, first_rank_only, bytes_per_rank);
 }
 
 }  // namespace
@@ -467,43 +636,55 @@ StatusOr<StepModel> ModelStep(const PlanStep& step, DType dtype, const Topology&
     return out;
   }
 
-  const std::vector<Box> from = step.from.AllLocalBoxes();
-  const std::vector<Box> to = step.to.AllLocalBoxes();
+  // Every rank's box sizes and overlap from per-tensor-dim tables (ForEachGridPoint over every
+  // coordinate, in mesh index order): no Box per rank.
+  FlatChains fa, fb;
+  const ShardChains from = fa.Of(step.from), to = fb.Of(step.to);
   int64_t g = 1;
   for (int d : step.mesh_dims) g *= mesh.dim_size(d);
   const Link link = LinkOf(topo, step.mesh_dims);
   int64_t max_from = 0, max_to = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    max_from = std::max(max_from, from[i].NumElements());
-    max_to = std::max(max_to, to[i].NumElements());
-  }
+  CellScratch& s = Scratch();
+  AllCoordinates(mesh, s);
+  int64_t i = 0;
+  const StepKind kind = step.kind;
+  ForEachGridPoint(from, to, s, [&](int64_t fe, int64_t te, int64_t held) {
+    max_from = std::max(max_from, fe);
+    max_to = std::max(max_to, te);
+    int64_t elems = 0;
+    switch (kind) {
+      case StepKind::kAllGather:
+      case StepKind::kAllToAll:
+        // all_to_all: the group's source boxes tile the gathered box, which holds every member's
+        // target box: the sum over the other members q of |from(q) ∩ to(i)| is |to(i)| - |from(i) ∩ to(i)|.
+        elems = te - held;
+        break;
+      case StepKind::kReduceScatter:
+        elems = (g - 1) * te;
+        break;
+      case StepKind::kAllReduce: {
+        // Position in the group: row-major over mesh_dims in the order given.
+        int64_t pos = 0;
+        for (int d : step.mesh_dims) pos = pos * mesh.dim_size(d) + static_cast<int64_t>(s.idx[d]);
+        elems = AllReduceElementsReceived(fe, g, pos);
+        break;
+      }
+      default:
+        break;
+    }
+    out.bytes_per_rank[i++] = elems * esize;
+  });
   switch (step.kind) {
     case StepKind::kAllGather:
-      for (int64_t i = 0; i < n; ++i) {
-        out.bytes_per_rank[i] = (to[i].NumElements() - Intersect(from[i], to[i]).NumElements()) * esize;
-      }
       out.us = AllGatherUs(g, max_to * esize, link);
       break;
     case StepKind::kReduceScatter:
-      for (int64_t i = 0; i < n; ++i) out.bytes_per_rank[i] = (g - 1) * to[i].NumElements() * esize;
       out.us = ReduceScatterUs(g, max_from * esize, link);
       break;
     case StepKind::kAllReduce:
-      for (int64_t i = 0; i < n; ++i) {
-        // Position in the group: row-major over mesh_dims in the order given.
-        const std::vector<int64_t> c = CoordOf(mesh, i);
-        int64_t pos = 0;
-        for (int d : step.mesh_dims) pos = pos * mesh.dim_size(d) + c[d];
-        out.bytes_per_rank[i] = AllReduceElementsReceived(from[i].NumElements(), g, pos) * esize;
-      }
       out.us = AllReduceUs(g, max_from * esize, link);
       break;
     case StepKind::kAllToAll:
-      // The group's source boxes tile the gathered box, which holds every member's target box:
-      // the sum over the other members q of |from(q) ∩ to(i)| is |to(i)| - |from(i) ∩ to(i)|.
-      for (int64_t i = 0; i < n; ++i) {
-        out.bytes_per_rank[i] = (to[i].NumElements() - Intersect(from[i], to[i]).NumElements()) * esize;
-      }
       out.us = AllToAllUs(g, std::max(max_from, max_to) * esize, link);
       break;
     default:
@@ -513,34 +694,27 @@ StatusOr<StepModel> ModelStep(const PlanStep& step, DType dtype, const Topology&
 }
 
 int64_t MaxLocalElements(const Layout& layout) {
-  const std::vector<int64_t> zero(static_cast<size_t>(layout.mesh().ndim()), 0);
-  std::vector<Interval> iv;
-  LocalIntervals(layout, zero, iv);
-  int64_t e = 1;
-  for (const Interval& i : iv) e *= i.size();
-  return e;
+  FlatChains f;
+  return MaxLocalElements(f.Of(layout));
 }
 
-StatusOr<StepCost> ModelStepCost(const PlanStep& step, DType dtype, const Topology& topo) {
-  const DeviceMesh& mesh = step.from.mesh();
-  const int64_t esize = DTypeSize(dtype);
-  for (int d : step.mesh_dims) {
-    if (d < 0 || d >= mesh.ndim()) {
-      return OutOfRangeError("step " + std::string(StepKindName(step.kind)) + " names mesh dim " +
-                             std::to_string(d) + " of a " + std::to_string(mesh.ndim()) + "-D mesh");
-    }
-  }
+StepCost SendRecvStepCost(const DeviceMesh& mesh, const ShardChains& from, const ShardChains& to, int64_t esize,
+                          const Topology& topo, bool first_rank_only) {
+  return SendRecvCostChains(mesh, from, to, esize, topo, first_rank_only, nullptr);
+}
+
+StepCost CollectiveStepCost(StepKind kind, std::span<const int> mesh_dims, const ShardChains& from,
+                            const ShardChains& to, int64_t esize, const Topology& topo, bool time_only) {
   StepCost out;
-  if (IsLocalStep(step.kind)) return out;
-  if (step.kind == StepKind::kSendRecv) return SendRecvCost(step.from, step.to, esize, topo);
+  if (IsLocalStep(kind) || kind == StepKind::kSendRecv) return out;
   int64_t g = 1;
-  for (int d : step.mesh_dims) g *= mesh.dim_size(d);
-  const Link link = LinkOf(topo, step.mesh_dims);
-  const int64_t max_from = MaxLocalElements(step.from);
-  const int64_t max_to = MaxLocalElements(step.to);
-  switch (step.kind) {
+  for (int d : mesh_dims) g *= from.mesh_shape[d];
+  const Link link = LinkOf(topo, mesh_dims);
+  const int64_t max_from = MaxLocalElements(from);
+  const int64_t max_to = MaxLocalElements(to);
+  switch (kind) {
     case StepKind::kAllGather:
-      out.max_bytes_per_rank = MaxElementsNotHeld(step.from, step.to) * esize;
+      out.max_bytes_per_rank = (time_only ? 0 : MaxElementsNotHeld(from, to) * esize);
       out.us = AllGatherUs(g, max_to * esize, link);
       break;
     case StepKind::kReduceScatter:
@@ -556,13 +730,28 @@ StatusOr<StepCost> ModelStepCost(const PlanStep& step, DType dtype, const Topolo
     case StepKind::kAllToAll:
       // The group's source boxes tile the gathered box, which holds every member's target box:
       // the elements received from the others are those of the target box not in the own source box.
-      out.max_bytes_per_rank = MaxElementsNotHeld(step.from, step.to) * esize;
+      out.max_bytes_per_rank = (time_only ? 0 : MaxElementsNotHeld(from, to) * esize);
       out.us = AllToAllUs(g, std::max(max_from, max_to) * esize, link);
       break;
     default:
       break;
   }
   return out;
+}
+
+StatusOr<StepCost> ModelStepCost(const PlanStep& step, DType dtype, const Topology& topo) {
+  const DeviceMesh& mesh = step.from.mesh();
+  const int64_t esize = DTypeSize(dtype);
+  for (int d : step.mesh_dims) {
+    if (d < 0 || d >= mesh.ndim()) {
+      return OutOfRangeError("step " + std::string(StepKindName(step.kind)) + " names mesh dim " +
+                             std::to_string(d) + " of a " + std::to_string(mesh.ndim()) + "-D mesh");
+    }
+  }
+  if (IsLocalStep(step.kind)) return StepCost{};
+  if (step.kind == StepKind::kSendRecv) return SendRecvCost(step.from, step.to, esize, topo);
+  FlatChains a, b;
+  return CollectiveStepCost(step.kind, step.mesh_dims, a.Of(step.from), b.Of(step.to), esize, topo);
 }
 
 StatusOr<StepCost> SendRecvFirstRankUs(const PlanStep& step, DType dtype, const Topology& topo) {
@@ -573,12 +762,30 @@ StatusOr<StepCost> SendRecvFirstRankUs(const PlanStep& step, DType dtype, const 
   return SendRecvCost(step.from, step.to, DTypeSize(dtype), topo, /*first_rank_only=*/true);
 }
 
-Status FillPlanCosts(Plan& plan, const Topology& topo) {
-  const size_t n = static_cast<size_t>(plan.from.mesh().size());
+namespace {
+
+Status FillPlanCostsImpl(Plan& plan, const Topology& topo, bool keep_send_recv_us) {
+  const DeviceMesh& mesh = plan.from.mesh();
+  const size_t n = static_cast<size_t>(mesh.size());
+  const int64_t esize = DTypeSize(plan.dtype);
   plan.bytes_received_per_rank.assign(n, 0);
   plan.modelled_us = 0;
   for (PlanStep& step : plan.steps) {
-    MF_ASSIGN_OR_RETURN(StepModel m, ModelStep(step, plan.dtype, topo));
+    StepModel m;
+    if (keep_send_recv_us && step.kind == StepKind::kSendRecv) {
+      // The search priced it with ModelStepCost (ModelStep's us); every rank receives the
+      // elements of its target box not in its source box (planner/direct.h).
+      m.us = step.modelled_us;
+      m.bytes_per_rank.assign(n, 0);
+      FlatChains fa, fb;
+      CellScratch& s = Scratch();
+      AllCoordinates(mesh, s);
+      size_t i = 0;
+      ForEachGridPoint(fa.Of(step.from), fb.Of(step.to), s,
+                       [&](int64_t, int64_t te, int64_t held) { m.bytes_per_rank[i++] = (te - held) * esize; });
+    } else {
+      MF_ASSIGN_OR_RETURN(m, ModelStep(step, plan.dtype, topo));
+    }
     step.modelled_us = m.us;
     step.bytes_per_rank = 0;
     for (size_t i = 0; i < n; ++i) {
@@ -594,11 +801,27 @@ Status FillPlanCosts(Plan& plan, const Topology& topo) {
   plan.lower_bound_bytes_per_rank.reset();
   if (!plan.from.HasPartial()) {
     int64_t lb = 0;
-    for (int64_t e : LowerBoundElementsPerRank(plan.from, plan.to)) lb = std::max(lb, e);
-    plan.lower_bound_bytes_per_rank = lb * DTypeSize(plan.dtype);
+    if (!plan.to.HasPartial()) {
+      // LowerBoundElementsPerRank without Partial target dims: the elements of each rank's
+      // target box not in its source box.
+      FlatChains fa, fb;
+      CellScratch& s = Scratch();
+      AllCoordinates(mesh, s);
+      ForEachGridPoint(fa.Of(plan.from), fb.Of(plan.to), s,
+                       [&](int64_t, int64_t te, int64_t held) { lb = std::max(lb, te - held); });
+    } else {
+      for (int64_t e : LowerBoundElementsPerRank(plan.from, plan.to)) lb = std::max(lb, e);
+    }
+    plan.lower_bound_bytes_per_rank = lb * esize;
   }
   return Status();
 }
+
+}  // namespace
+
+Status FillPlanCosts(Plan& plan, const Topology& topo) { return FillPlanCostsImpl(plan, topo, false); }
+
+Status FillPlanCostsOfSearch(Plan& plan, const Topology& topo) { return FillPlanCostsImpl(plan, topo, true); }
 
 int64_t CostUnits(double us) {
   // Saturates: huge modelled times (slow links, huge tensors) must not overflow the conversion.

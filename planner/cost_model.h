@@ -151,9 +151,42 @@ StatusOr<StepCost> SendRecvFirstRankUs(const PlanStep& step, DType dtype, const 
 // first torch.chunk at every level is the longest, and tensor dims use disjoint mesh dims). O(dims).
 int64_t MaxLocalElements(const Layout& layout);
 
+// Planner-internal: a layout's sharding without the Layout (the search's compact states, see
+// search.cc): the global shape, the mesh dim sizes, and the shard order as concatenated chains,
+// tensor dim t's chain being dims[begin[t] .. begin[t+1]) (outermost first). Views only; nothing
+// is allocated to build one.
+struct ShardChains {
+  std::span<const int64_t> shape;       // global shape, one per tensor dim
+  std::span<const int64_t> mesh_shape;  // mesh dim sizes
+  std::span<const int> dims;
+  std::span<const int> begin;           // tensor rank + 1 offsets into dims
+  int tensor_rank() const { return static_cast<int>(shape.size()); }
+  std::span<const int> chain(int t) const { return dims.subspan(begin[t], begin[t + 1] - begin[t]); }
+};
+
+// ModelStepCost of a collective step (all_gather, reduce_scatter, all_reduce, all_to_all; local
+// kinds cost 0) from its kind, mesh dims and the two layouts' chains: the same doubles and bytes
+// as ModelStepCost (which calls it). Precondition: valid mesh dims; not send_recv. No allocation
+// after the first calls on a thread (scratch buffers are reused).
+// With time_only, max_bytes_per_rank is left 0 (the time needs no per-rank count; the search
+// skips the count for edges whose time alone already loses).
+StepCost CollectiveStepCost(StepKind kind, std::span<const int> mesh_dims, const ShardChains& from,
+                            const ShardChains& to, int64_t esize, const Topology& topo, bool time_only = false);
+
+// ModelStepCost of the send_recv step between the layouts these chains describe on `mesh`
+// (first_rank_only: SendRecvFirstRankUs), the same doubles and bytes. Precondition: `from` is
+// Partial-free (its Replicate dims are the mesh dims in none of its chains), same shape.
+StepCost SendRecvStepCost(const DeviceMesh& mesh, const ShardChains& from, const ShardChains& to, int64_t esize,
+                          const Topology& topo, bool first_rank_only);
+
 // Fills every step's bytes_per_rank and modelled_us, and the plan's modelled_us,
 // bytes_received_per_rank, max_bytes_received_per_rank and lower_bound_bytes_per_rank.
 Status FillPlanCosts(Plan& plan, const Topology& topo);
+
+// FillPlanCosts for a plan whose send_recv steps carry ModelStepCost's modelled_us (the search's
+// steps): keeps those times instead of pricing the steps again over every rank, so the result
+// equals FillPlanCosts' at O(ranks x tensor rank) per step.
+Status FillPlanCostsOfSearch(Plan& plan, const Topology& topo);
 
 // The modelled time in integer picoseconds: the planner compares and sums these so that ties
 // are exact (no floating-point reassociation differences between equal-cost paths).

@@ -5,7 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
-#include <map>
+#include <span>
 #include <queue>
 #include <tuple>
 
@@ -53,23 +53,6 @@ StatusOr<Layout> WithoutPartial(const Layout& l) {
 
 Plan EmptyPlan(const Layout& from, const Layout& to, DType dtype, const char* planner) {
   return Plan{from, to, dtype, planner, {}, 0, {}, 0, std::nullopt};
-}
-
-// Dijkstra state key: placement codes (S(t) = t, R = -1, P = -2) then the shard order.
-std::vector<int> StateKey(const Layout& l) {
-  std::vector<int> key;
-  for (const Placement& p : l.placements()) {
-    if (const auto* s = std::get_if<Shard>(&p)) {
-      key.push_back(s->dim);
-    } else {
-      key.push_back(IsReplicate(p) ? -1 : -2);
-    }
-  }
-  for (const std::vector<int>& o : l.shard_order()) {
-    key.push_back(-100);
-    key.insert(key.end(), o.begin(), o.end());
-  }
-  return key;
 }
 
 // True when, per tensor dim, the mesh dims of `set` sharding it are the innermost suffix of its
@@ -268,6 +251,187 @@ StatusOr<std::vector<PlanStep>> ReduceThenDirect(const Layout& from, const Layou
 
 }  // namespace
 
+namespace {
+
+// The search's compact states (no Layout per edge). A state of an nd-D mesh and rank-tr tensor is
+// 2*nd + tr + 1 ints: per mesh dim its placement code (Shard(t) = t, Replicate = -1, Partial =
+// -2; every Partial of one search has the same op), then the shard order as concatenated chains
+// (tensor dim 0's mesh dims outermost first, then tensor dim 1's, ...; padded with -1 to nd),
+// then the tr + 1 chain offsets. The first 2*nd ints determine the state (the offsets follow
+// from the codes): they are its key.
+class StateSpace {
+ public:
+  StateSpace(const Layout& like, std::optional<ReduceOp> op)
+      : like_(like), op_(op), nd_(like.mesh().ndim()), tr_(like.tensor_rank()), stride_(2 * nd_ + tr_ + 1) {
+    table_.assign(64, -1);
+  }
+  int nd() const { return nd_; }
+  int tr() const { return tr_; }
+  int stride() const { return stride_; }
+  size_t size() const { return pool_.size() / static_cast<size_t>(stride_); }
+  const int* state(int id) const { return pool_.data() + static_cast<size_t>(id) * stride_; }
+
+  void Encode(const Layout& l, int* out) const {
+    int k = 0;
+    for (int m = 0; m < nd_; ++m) {
+      const Placement& p = l.placement(m);
+      const Shard* sh = std::get_if<Shard>(&p);
+      out[m] = sh != nullptr ? sh->dim : (IsReplicate(p) ? -1 : -2);
+    }
+    int* begin = out + 2 * nd_;
+    for (int t = 0; t < tr_; ++t) {
+      begin[t] = k;
+      for (int m : l.shard_order()[t]) out[nd_ + k++] = m;
+    }
+    begin[tr_] = k;
+    for (; k < nd_; ++k) out[nd_ + k] = -1;
+  }
+
+  // `st` with the mesh dims `dims` set to `code`, removed from their chains, and (when
+  // append_t >= 0) appended in the order given to tensor dim append_t's chain.
+  void Derive(const int* st, std::span<const int> dims, int code, int append_t, int* out) const {
+    uint64_t mask = 0;
+    for (int m : dims) mask |= uint64_t{1} << m;
+    std::copy(st, st + nd_, out);
+    for (int m : dims) out[m] = code;
+    const int* begin = st + 2 * nd_;
+    int* nbegin = out + 2 * nd_;
+    int k = 0;
+    for (int t = 0; t < tr_; ++t) {
+      nbegin[t] = k;
+      for (int i = begin[t]; i < begin[t + 1]; ++i) {
+        const int m = st[nd_ + i];
+        if (!(mask & (uint64_t{1} << m))) out[nd_ + k++] = m;
+      }
+      if (t == append_t) {
+        for (int m : dims) out[nd_ + k++] = m;
+      }
+    }
+    nbegin[tr_] = k;
+    for (; k < nd_; ++k) out[nd_ + k] = -1;
+  }
+
+  ShardChains Chains(const int* st) const {
+    const int* begin = st + 2 * nd_;
+    return ShardChains{like_.global_shape(), like_.mesh().shape(),
+                       std::span<const int>(st + nd_, static_cast<size_t>(begin[tr_])),
+                       std::span<const int>(begin, static_cast<size_t>(tr_ + 1))};
+  }
+
+  bool SameKey(const int* a, const int* b) const { return std::equal(a, a + 2 * nd_, b); }
+
+  // The id of `st`, inserting it when new (*inserted says which).
+  int FindOrInsert(const int* st, bool* inserted) {
+    size_t slot = Hash(st) & (table_.size() - 1);
+    while (table_[slot] >= 0) {
+      if (SameKey(state(table_[slot]), st)) {
+        *inserted = false;
+        return table_[slot];
+      }
+      slot = (slot + 1) & (table_.size() - 1);
+    }
+    const int id = static_cast<int>(size());
+    pool_.insert(pool_.end(), st, st + stride_);
+    table_[slot] = id;
+    *inserted = true;
+    if (size() * 2 > table_.size()) Rehash();
+    return id;
+  }
+
+  // -1 when `st` is not a state yet.
+  int Find(const int* st) const {
+    size_t slot = Hash(st) & (table_.size() - 1);
+    while (table_[slot] >= 0) {
+      if (SameKey(state(table_[slot]), st)) return table_[slot];
+      slot = (slot + 1) & (table_.size() - 1);
+    }
+    return -1;
+  }
+
+ private:
+  uint64_t Hash(const int* st) const {
+    uint64_t h = 0x9e3779b97f4a7c15ull;
+    for (int i = 0; i < 2 * nd_; ++i) {
+      h ^= static_cast<uint64_t>(static_cast<uint32_t>(st[i])) + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+    }
+    return h * 0xff51afd7ed558ccdull;
+  }
+  void Rehash() {
+    std::vector<int> t(table_.size() * 2, -1);
+    for (int id = 0; id < static_cast<int>(size()); ++id) {
+      size_t slot = Hash(state(id)) & (t.size() - 1);
+      while (t[slot] >= 0) slot = (slot + 1) & (t.size() - 1);
+      t[slot] = id;
+    }
+    table_.swap(t);
+  }
+
+  const Layout& like_;
+  std::optional<ReduceOp> op_;
+  int nd_, tr_, stride_;
+  std::vector<int> pool_;
+  std::vector<int> table_;  // open addressing, state ids, -1 = empty
+};
+
+// Calls f(span) for every non-empty subset of `elems` (each in elems' order), in Subsets' order.
+template <typename F>
+Status ForEachSubset(std::span<const int> elems, std::vector<int>& buf, F&& f) {
+  const size_t n = elems.size();
+  for (uint32_t mask = 1; mask < (1u << n); ++mask) {
+    buf.clear();
+    for (size_t i = 0; i < n; ++i) {
+      if (mask & (1u << i)) buf.push_back(elems[i]);
+    }
+    MF_RETURN_IF_ERROR(f(std::span<const int>(buf)));
+  }
+  return Status();
+}
+
+// Every ordering of every non-empty subset, in OrderedSubsets' order.
+template <typename F>
+Status ForEachOrderedSubset(std::span<const int> elems, std::vector<int>& buf, F&& f) {
+  const size_t n = elems.size();
+  for (uint32_t mask = 1; mask < (1u << n); ++mask) {
+    buf.clear();
+    for (size_t i = 0; i < n; ++i) {
+      if (mask & (1u << i)) buf.push_back(elems[i]);
+    }
+    std::sort(buf.begin(), buf.end());
+    do {
+      MF_RETURN_IF_ERROR(f(std::span<const int>(buf)));
+    } while (std::next_permutation(buf.begin(), buf.end()));
+  }
+  return Status();
+}
+
+// The all_gather rule on a compact state: per tensor dim, the dims of `set` in its chain are its
+// innermost suffix.
+bool InnermostPerChain(const StateSpace& sp, const int* st, std::span<const int> set) {
+  uint64_t mask = 0;
+  for (int m : set) mask |= uint64_t{1} << m;
+  const int* begin = st + 2 * sp.nd();
+  const int* dims = st + sp.nd();
+  for (int t = 0; t < sp.tr(); ++t) {
+    int k = 0;
+    for (int i = begin[t]; i < begin[t + 1]; ++i) k += (mask >> dims[i]) & 1 ? 1 : 0;
+    for (int i = begin[t + 1] - k; i < begin[t + 1]; ++i) {
+      if (!((mask >> dims[i]) & 1)) return false;
+    }
+  }
+  return true;
+}
+
+// How the search reached a state: enough to rebuild the PlanStep with its builder.
+struct Via {
+  StepKind kind = StepKind::kSendRecv;
+  int dims_off = 0, dims_len = 0;  // into the search's via_dims
+  int t = -1, t2 = -1;
+  double us = 0;
+  int64_t bytes = 0;
+};
+
+}  // namespace
+
 StatusOr<Plan> PlanRedistribution(const Layout& from, const Layout& to, DType dtype, const Topology& topo,
                                   const SearchBudget& budget) {
   MF_RETURN_IF_ERROR(topo.ValidateForMesh(from.mesh().ndim()));
@@ -276,7 +440,9 @@ StatusOr<Plan> PlanRedistribution(const Layout& from, const Layout& to, DType dt
   Plan plan = EmptyPlan(from, to, dtype, "optimal");
   plan.proven_optimal = true;
   if (!(from == to)) {
-    // Dijkstra over states. A relaxation carries a stamp (expansion index of its parent, edge
+    // Dijkstra over compact states (StateSpace), with the edges of Edges() generated in the same
+    // order and priced with CollectiveStepCost (ModelStepCost's doubles); only the chosen path
+    // is rebuilt as PlanSteps. A relaxation carries a stamp (expansion index of its parent, edge
     // index): relaxations happen in stamp order, except the send_recv edges, which are deferred:
     // pricing one needs a pass over every destination rank, and most are never on a competitive
     // path. At expansion, a send_recv edge only reserves its target's state id (ids, and so the
@@ -290,15 +456,29 @@ StatusOr<Plan> PlanRedistribution(const Layout& from, const Layout& to, DType dt
     constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
     const PathCost kUnreached{kMax, kMax, kMax};
     using Stamp = std::pair<int64_t, int>;
-    std::vector<Layout> states{from};
-    std::map<std::vector<int>, int> ids{{StateKey(from), 0}};
+    const std::optional<ReduceOp> op = from.partial_op() ? from.partial_op() : to.partial_op();
+    const int64_t esize = DTypeSize(dtype);
+    StateSpace sp(from, op);
+    const int nd = sp.nd();
+    const int tr = sp.tr();
+    const size_t stride = static_cast<size_t>(sp.stride());
+    std::vector<int> cur(stride), cand(stride), target_st(stride), direct_st(stride);
+    sp.Encode(to, target_st.data());
+    bool inserted = false;
+    {
+      std::vector<int> s0(stride);
+      sp.Encode(from, s0.data());
+      sp.FindOrInsert(s0.data(), &inserted);
+    }
+    MF_ASSIGN_OR_RETURN(const Layout direct_to, WithoutPartial(to));
+    sp.Encode(direct_to, direct_st.data());
     std::vector<PathCost> dist{PathCost{0, 0, 0}};
     std::vector<Stamp> stamp{Stamp{-1, 0}};
     std::vector<int> parent{-1};
-    std::vector<std::optional<PlanStep>> via{std::nullopt};
+    std::vector<Via> via{Via{}};
+    std::vector<int> via_dims;
     std::vector<bool> done{false};
     struct Deferred {
-      PlanStep step;
       int parent;
       PathCost parent_cost;
       Stamp stamp;
@@ -309,7 +489,6 @@ StatusOr<Plan> PlanRedistribution(const Layout& from, const Layout& to, DType dt
     using Entry = std::pair<PathCost, int>;  // id >= 0: a state; id < 0: deferred[-id - 1]
     std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> queue;
     queue.push({dist[0], 0});
-    const std::vector<int> target_key = StateKey(to);
     int found = -1;
     bool stopped = false;  // the budget ran out before the target was expanded
     int64_t expansions = 0;
@@ -323,28 +502,37 @@ StatusOr<Plan> PlanRedistribution(const Layout& from, const Layout& to, DType dt
       }
       return false;
     };
-    auto relax = [&](int nid, const PathCost& c, const Stamp& st, int pid, PlanStep& step) {
+    auto relax = [&](int nid, const PathCost& c, const Stamp& st, int pid, const Via& v,
+                     std::span<const int> dims) {
       if (done[nid]) return;
       if (c < dist[nid] || (c == dist[nid] && st < stamp[nid])) {
         const bool lower = c < dist[nid];
         dist[nid] = c;
         stamp[nid] = st;
         parent[nid] = pid;
-        via[nid] = std::move(step);
+        via[nid] = v;
+        via[nid].dims_off = static_cast<int>(via_dims.size());
+        via[nid].dims_len = static_cast<int>(dims.size());
+        via_dims.insert(via_dims.end(), dims.begin(), dims.end());
         if (lower) queue.push({c, nid});
       }
     };
+    std::vector<int> all_dims(static_cast<size_t>(nd));
+    for (int m = 0; m < nd; ++m) all_dims[m] = m;
+    const ShardChains direct_chains = sp.Chains(direct_st.data());
     auto price_deferred = [&](Deferred& d) -> Status {
-      MF_ASSIGN_OR_RETURN(StepCost sc, ModelStepCost(d.step, dtype, topo));
-      d.step.modelled_us = sc.us;
-      d.step.bytes_per_rank = sc.max_bytes_per_rank;
+      const StepCost sc =
+          SendRecvStepCost(from.mesh(), sp.Chains(sp.state(d.parent)), direct_chains, esize, topo, false);
       d.priced = true;
-      PlanStep step = d.step;
-      relax(d.target_id, Extend(d.parent_cost, sc.us, sc.max_bytes_per_rank), d.stamp, d.parent, step);
+      Via v{StepKind::kSendRecv, 0, 0, -1, -1, sc.us, sc.max_bytes_per_rank};
+      relax(d.target_id, Extend(d.parent_cost, sc.us, sc.max_bytes_per_rank), d.stamp, d.parent, v, all_dims);
       return Status();
     };
+    std::vector<int> shard_dims, rep_dims, partial_dims, lp_dims, sp_dims, buf, suffix;
     while (!queue.empty()) {
-      const auto [cost, id] = queue.top();
+      // Not a structured binding: clang 14 (the fuzz build) cannot capture one in the lambdas below.
+      const PathCost cost = queue.top().first;
+      const int id = queue.top().second;
       queue.pop();
       if (id < 0) {
         Deferred& d = deferred[static_cast<size_t>(-id - 1)];
@@ -353,7 +541,7 @@ StatusOr<Plan> PlanRedistribution(const Layout& from, const Layout& to, DType dt
         continue;
       }
       if (done[id] || cost != dist[id]) continue;
-      if (StateKey(states[id]) == target_key) {
+      if (sp.SameKey(sp.state(id), target_st.data())) {
         done[id] = true;
         found = id;
         break;
@@ -364,47 +552,158 @@ StatusOr<Plan> PlanRedistribution(const Layout& from, const Layout& to, DType dt
       }
       done[id] = true;
       const int64_t expansion = expansions++;
-      const Layout state = states[id];
-      MF_ASSIGN_OR_RETURN(std::vector<PlanStep> next, Edges(state, to));
-      edges += static_cast<int64_t>(next.size());
-      for (size_t e = 0; e < next.size(); ++e) {
-        PlanStep& step = next[e];
-        const Stamp st{expansion, static_cast<int>(e)};
-        std::vector<int> key = StateKey(step.to);
-        auto [it, inserted] = ids.emplace(std::move(key), static_cast<int>(states.size()));
-        const int nid = it->second;
+      std::copy(sp.state(id), sp.state(id) + stride, cur.begin());
+      const ShardChains cur_chains = sp.Chains(cur.data());
+      int e = 0;  // edge index within this expansion
+      // One edge: the state `cand`, reached by `kind` on `dims`.
+      auto edge = [&](StepKind kind, std::span<const int> dims, int t, int t2) -> Status {
+        const Stamp st{expansion, e++};
+        ++edges;
+        const int nid = sp.FindOrInsert(cand.data(), &inserted);
         if (inserted) {
-          states.push_back(step.to);
           dist.push_back(kUnreached);
           stamp.push_back(st);
           parent.push_back(-1);
-          via.emplace_back(std::nullopt);
+          via.emplace_back();
           done.push_back(false);
         }
-        if (done[nid]) continue;  // eager relaxation would change nothing either
-        if (step.kind == StepKind::kSendRecv) {
-          MF_ASSIGN_OR_RETURN(StepCost lb, SendRecvFirstRankUs(step, dtype, topo));
+        if (done[nid]) return Status();  // eager relaxation would change nothing either
+        if (kind == StepKind::kSendRecv) {
+          const StepCost lb = SendRecvStepCost(from.mesh(), cur_chains, direct_chains, esize, topo, true);
           const PathCost key_lb{SatAdd(std::get<0>(cost), CostUnits(lb.us)), std::get<1>(cost), std::get<2>(cost) + 1};
-          if (!(key_lb < dist[nid])) continue;  // the true cost is no lower: never relaxed
-          deferred.push_back(Deferred{std::move(step), id, cost, st, nid});
+          if (!(key_lb < dist[nid])) return Status();  // the true cost is no lower: never relaxed
+          deferred.push_back(Deferred{id, cost, st, nid});
           queue.push({key_lb, -static_cast<int>(deferred.size())});
-          continue;
+          return Status();
         }
-        MF_ASSIGN_OR_RETURN(StepCost sc, ModelStepCost(step, dtype, topo));
-        step.modelled_us = sc.us;
-        step.bytes_per_rank = sc.max_bytes_per_rank;
-        relax(nid, Extend(cost, sc.us, sc.max_bytes_per_rank), st, id, step);
+        const ShardChains cand_chains = sp.Chains(cand.data());
+        if (!IsLocalStep(kind)) {
+          // The time alone decides unless it ties: skip the byte count of a losing edge.
+          const StepCost time = CollectiveStepCost(kind, dims, cur_chains, cand_chains, esize, topo, true);
+          if (SatAdd(std::get<0>(cost), CostUnits(time.us)) > std::get<0>(dist[nid])) return Status();
+        }
+        const StepCost sc = CollectiveStepCost(kind, dims, cur_chains, cand_chains, esize, topo);
+        relax(nid, Extend(cost, sc.us, sc.max_bytes_per_rank), st, id, Via{kind, 0, 0, t, t2, sc.us, sc.max_bytes_per_rank},
+              dims);
+        return Status();
+      };
+      shard_dims.clear();
+      rep_dims.clear();
+      partial_dims.clear();
+      lp_dims.clear();
+      sp_dims.clear();
+      for (int m = 0; m < nd; ++m) {
+        const int c = cur[m];
+        const int tc = target_st[m];
+        if (c >= 0) shard_dims.push_back(m);
+        if (c == -1) rep_dims.push_back(m);
+        if (c == -2) partial_dims.push_back(m);
+        if (c == -1 && tc == -2) lp_dims.push_back(m);
+        if (c >= 0 && tc == -2) sp_dims.push_back(m);
+      }
+      // all_gather: sets whose dims per tensor dim form an innermost suffix.
+      MF_RETURN_IF_ERROR(ForEachSubset(shard_dims, buf, [&](std::span<const int> set) -> Status {
+        if (!InnermostPerChain(sp, cur.data(), set)) return Status();
+        int single = -2;
+        for (int m : set) single = single == -2 || single == cur[m] ? cur[m] : -1;
+        sp.Derive(cur.data(), set, -1, -1, cand.data());
+        return edge(StepKind::kAllGather, set, single, -1);
+      }));
+      // all_reduce.
+      MF_RETURN_IF_ERROR(ForEachSubset(partial_dims, buf, [&](std::span<const int> set) -> Status {
+        sp.Derive(cur.data(), set, -1, -1, cand.data());
+        return edge(StepKind::kAllReduce, set, -1, -1);
+      }));
+      // reduce_scatter.
+      MF_RETURN_IF_ERROR(ForEachOrderedSubset(partial_dims, buf, [&](std::span<const int> set) -> Status {
+        for (int t = 0; t < tr; ++t) {
+          sp.Derive(cur.data(), set, t, t, cand.data());
+          MF_RETURN_IF_ERROR(edge(StepKind::kReduceScatter, set, t, -1));
+        }
+        return Status();
+      }));
+      // all_to_all: innermost suffixes.
+      for (int i = 0; i < tr; ++i) {
+        const std::span<const int> o = cur_chains.chain(i);
+        for (size_t k = 1; k <= o.size(); ++k) {
+          suffix.assign(o.end() - static_cast<std::ptrdiff_t>(k), o.end());
+          std::sort(suffix.begin(), suffix.end());
+          for (int j = 0; j < tr; ++j) {
+            if (j == i) continue;
+            buf = suffix;
+            do {
+              sp.Derive(cur.data(), buf, j, j, cand.data());
+              MF_RETURN_IF_ERROR(edge(StepKind::kAllToAll, buf, i, j));
+            } while (std::next_permutation(buf.begin(), buf.end()));
+          }
+        }
+      }
+      // local_slice.
+      MF_RETURN_IF_ERROR(ForEachOrderedSubset(rep_dims, buf, [&](std::span<const int> set) -> Status {
+        for (int t = 0; t < tr; ++t) {
+          sp.Derive(cur.data(), set, t, t, cand.data());
+          MF_RETURN_IF_ERROR(edge(StepKind::kLocalSlice, set, t, -1));
+        }
+        return Status();
+      }));
+      // local_partial (only towards a Partial target).
+      if (to.partial_op()) {
+        MF_RETURN_IF_ERROR(ForEachSubset(lp_dims, buf, [&](std::span<const int> set) -> Status {
+          sp.Derive(cur.data(), set, -2, -1, cand.data());
+          return edge(StepKind::kLocalPartial, set, -1, -1);
+        }));
+      }
+      // local_shard_to_partial (only towards a Partial(sum|max|min) target).
+      if (const std::optional<ReduceOp> top = to.partial_op(); top && *top != ReduceOp::kAvg) {
+        MF_RETURN_IF_ERROR(ForEachSubset(sp_dims, buf, [&](std::span<const int> set) -> Status {
+          if (!InnermostPerChain(sp, cur.data(), set)) return Status();
+          int single = -2;
+          for (int m : set) single = single == -2 || single == cur[m] ? cur[m] : -1;
+          sp.Derive(cur.data(), set, -2, -1, cand.data());
+          return edge(StepKind::kLocalShardToPartial, set, single, -1);
+        }));
+      }
+      // send_recv straight to the (Partial-free) target.
+      if (partial_dims.empty() && !sp.SameKey(direct_st.data(), cur.data())) {
+        std::copy(direct_st.begin(), direct_st.end(), cand.begin());
+        MF_RETURN_IF_ERROR(edge(StepKind::kSendRecv, all_dims, -1, -1));
       }
     }
     plan.search_edges = edges;
-    auto path_to = [&](int id) {
+    // The steps to state `id`, rebuilt with their builders from `from`, priced as searched.
+    auto path_to = [&](int id) -> StatusOr<std::vector<PlanStep>> {
+      std::vector<int> ids;
+      for (int i = id; parent[i] >= 0; i = parent[i]) ids.push_back(i);
+      std::reverse(ids.begin(), ids.end());
       std::vector<PlanStep> steps;
-      for (int i = id; parent[i] >= 0; i = parent[i]) steps.push_back(*via[i]);
-      std::reverse(steps.begin(), steps.end());
+      Layout l = from;
+      for (int i : ids) {
+        const Via& v = via[i];
+        std::vector<int> dims(via_dims.begin() + v.dims_off, via_dims.begin() + v.dims_off + v.dims_len);
+        auto build = [&]() -> StatusOr<PlanStep> {
+          switch (v.kind) {
+            case StepKind::kAllGather: return AllGatherStep(l, dims);
+            case StepKind::kAllReduce: return AllReduceStep(l, dims);
+            case StepKind::kReduceScatter: return ReduceScatterStep(l, dims, v.t);
+            case StepKind::kAllToAll: return AllToAllStep(l, dims, v.t, v.t2);
+            case StepKind::kLocalSlice: return LocalSliceStep(l, dims, v.t);
+            case StepKind::kLocalPartial: return LocalPartialStep(l, dims, *op);
+            case StepKind::kLocalShardToPartial: return LocalShardToPartialStep(l, dims, *op);
+            case StepKind::kSendRecv: break;
+          }
+          return SendRecvStep(l, direct_to);
+        };
+        StatusOr<PlanStep> s = build();
+        if (!s.ok()) return InternalError("planner edge rejected by its own rule: " + s.status().ToString());
+        s->modelled_us = v.us;
+        s->bytes_per_rank = v.bytes;
+        l = s->to;
+        steps.push_back(std::move(s).value());
+      }
       return steps;
     };
     if (found >= 0) {
-      plan.steps = path_to(found);
+      MF_ASSIGN_OR_RETURN(plan.steps, path_to(found));
     } else if (!stopped) {
       return InternalError("no plan found from " + from.ToString() + " to " + to.ToString());
     } else {
@@ -414,13 +713,12 @@ StatusOr<Plan> PlanRedistribution(const Layout& from, const Layout& to, DType dt
       plan.proven_optimal = false;
       std::optional<std::vector<PlanStep>> best;
       PathCost best_cost = kUnreached;
-      if (auto it = ids.find(target_key); it != ids.end()) {
-        const int tid = it->second;
+      if (const int tid = sp.Find(target_st.data()); tid >= 0) {
         for (Deferred& d : deferred) {
           if (d.target_id == tid && !d.priced) MF_RETURN_IF_ERROR(price_deferred(d));
         }
         if (parent[tid] >= 0) {
-          best = path_to(tid);
+          MF_ASSIGN_OR_RETURN(best, path_to(tid));
           best_cost = dist[tid];
         }
       }
@@ -445,7 +743,7 @@ StatusOr<Plan> PlanRedistribution(const Layout& from, const Layout& to, DType dt
       plan.steps = std::move(*best);
     }
   }
-  MF_RETURN_IF_ERROR(FillPlanCosts(plan, topo));
+  MF_RETURN_IF_ERROR(FillPlanCostsOfSearch(plan, topo));
   return plan;
 }
 

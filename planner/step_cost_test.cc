@@ -364,6 +364,64 @@ TEST(StepCostTest, SearchWithDeferredSendRecvEqualsEagerSearch) {
   EXPECT_GT(with_send_recv, 8);
 }
 
+// The plan's costs (FillPlanCosts: box sizes per rank from per-tensor-dim tables, the lower bound
+// without Partial target dims from the same tables; the search's FillPlanCostsOfSearch keeps the
+// send_recv times it priced) against the per-rank reference summed over the steps and
+// LowerBoundElementsPerRank, on optimal and direct plans of random layouts.
+TEST(StepCostTest, PlanCostsMatchThePerRankReference) {
+  Gen gen{std::mt19937(4242)};
+  int compared = 0, with_send_recv = 0;
+  for (int i = 0; i < 500; ++i) {
+    const DeviceMesh mesh = gen.Mesh();
+    const std::vector<int64_t> shape = gen.Shape();
+    const bool partial = gen.Uniform(0, 1) == 0;
+    const Layout from = gen.RandomLayout(shape, mesh, partial);
+    const Layout to = gen.RandomLayout(shape, mesh, true);
+    if (!CheckPlannable(from, to).ok()) continue;
+    const Topology topo = gen.Topo(mesh.ndim());
+    std::vector<Plan> plans;
+    StatusOr<Plan> optimal = PlanRedistribution(from, to, DType::kI64, topo);
+    ASSERT_TRUE(optimal.ok()) << optimal.status();
+    plans.push_back(*optimal);
+    if (StatusOr<Plan> direct = PlanDirect(from, to, DType::kI64, topo); direct.ok()) plans.push_back(*direct);
+    for (const Plan& plan : plans) {
+      std::vector<int64_t> per_rank(static_cast<size_t>(mesh.size()), 0);
+      double us = 0;
+      for (const PlanStep& step : plan.steps) {
+        StatusOr<StepModel> ref = ReferenceModel(step, DType::kI64, topo);
+        ASSERT_TRUE(ref.ok()) << ref.status();
+        int64_t max_bytes = 0;
+        for (size_t r = 0; r < per_rank.size(); ++r) {
+          per_rank[r] += ref->bytes_per_rank[r];
+          max_bytes = std::max(max_bytes, ref->bytes_per_rank[r]);
+        }
+        EXPECT_EQ(step.modelled_us, ref->us) << StepKindName(step.kind) << " " << step.from.ToString();
+        EXPECT_EQ(step.bytes_per_rank, max_bytes) << StepKindName(step.kind) << " " << step.from.ToString();
+        us += ref->us;
+        if (step.kind == StepKind::kSendRecv) ++with_send_recv;
+      }
+      EXPECT_EQ(plan.bytes_received_per_rank, per_rank) << from.ToString() << " -> " << to.PlacementsString();
+      EXPECT_EQ(plan.modelled_us, us);
+      if (from.HasPartial()) {
+        EXPECT_FALSE(plan.lower_bound_bytes_per_rank.has_value());
+      } else {
+        int64_t lb = 0;
+        for (int64_t e : LowerBoundElementsPerRank(from, to)) lb = std::max(lb, e);
+        ASSERT_TRUE(plan.lower_bound_bytes_per_rank.has_value());
+        EXPECT_EQ(*plan.lower_bound_bytes_per_rank, lb * 8) << from.ToString() << " -> " << to.PlacementsString();
+      }
+      Plan again = plan;
+      ASSERT_TRUE(FillPlanCostsOfSearch(again, topo).ok());
+      EXPECT_EQ(again.bytes_received_per_rank, plan.bytes_received_per_rank);
+      EXPECT_EQ(again.modelled_us, plan.modelled_us);
+      EXPECT_EQ(again.lower_bound_bytes_per_rank, plan.lower_bound_bytes_per_rank);
+      ++compared;
+    }
+  }
+  EXPECT_GT(compared, 400);
+  EXPECT_GT(with_send_recv, 50);
+}
+
 TEST(StepCostTest, ErrorsMatch) {
   const DeviceMesh mesh = *DeviceMesh::Create({2, 2});
   const Layout a = *Layout::Create({4, 4}, mesh, {Shard{0}, Replicate{}});
