@@ -1,7 +1,8 @@
 // meshflow: the front door. One include and one dependency (`@meshflow//:meshflow`) for the whole
 // public API on the CPU backends: meshes, layouts and DTensors, the planner, the in-process
-// world, Redistribute / FullTensor, the eager sharded ops, the graph compiler, the data loader and
-// checkpoints. Backends that need system libraries are separate targets with their own headers:
+// world, Redistribute / FullTensor, the eager sharded ops, the graph compiler, autograd, modules
+// and parallel styles (meshflow::nn), the data loader and checkpoints. Backends that need system
+// libraries are separate targets with their own headers:
 // MPI (`//collectives/mpi:mpi_communicator`, "meshflow/collectives/mpi/mpi_communicator.h") and
 // NCCL (`//collectives/nccl:nccl_communicator`, where a CUDA toolkit was found).
 //
@@ -65,5 +66,10 @@
 #include "meshflow/data/token_file.h"
 // Distributed checkpoints with resharding on load.
 #include "meshflow/checkpoint/checkpoint.h"
+// Modules with named parameters, parallel styles (Parallelize) and DistributeFrom, in
+// namespace meshflow::nn (also brings in the optimizers of train/optimizer.h).
+#include "meshflow/nn/distribute.h"
+#include "meshflow/nn/module.h"
+#include "meshflow/nn/parallel.h"
 
 #endif  // MESHFLOW_MESHFLOW_H_
