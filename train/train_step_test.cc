@@ -5,7 +5,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <functional>
 #include <map>
 #include <memory>
@@ -114,6 +113,19 @@ Model Transformer() {
   return m;
 }
 
+// The same values in another float dtype (bf16: rounded).
+Tensor As(const Tensor& t, DType dtype) {
+  Tensor out = Tensor::Zeros(dtype, t.shape());
+  for (int64_t i = 0; i < t.NumElements(); ++i) out.SetFromDouble(i, t.GetAsDouble(i));
+  return out;
+}
+
+Model InDType(Model m, DType dtype) {
+  for (Tensor& t : m.init) t = As(t, dtype);
+  for (size_t i = 0; i < 2; ++i) m.inputs[i] = As(m.inputs[i], dtype);
+  return m;
+}
+
 struct Plan {
   std::string name;
   std::vector<int64_t> mesh;
@@ -125,7 +137,7 @@ struct Plan {
 // 20 AdamW steps; returns every param's full value (and the losses) after the last step.
 Status Train(const Model& m, const Plan& plan, int steps, std::vector<Tensor>* out, std::vector<double>* losses) {
   MF_ASSIGN_OR_RETURN(DeviceMesh mesh, DeviceMesh::Create(plan.mesh));
-  out->assign(m.init.size(), Tensor::Zeros(DType::kF32, {}));
+  out->assign(m.init.size(), Tensor::Zeros(m.init[0].dtype(), {}));
   losses->clear();
   return WorldOf(mesh.size()).Run([&](Communicator& comm) -> Status {
     MF_ASSIGN_OR_RETURN(MeshComms comms, MeshComms::Create(comm, mesh));
@@ -175,7 +187,8 @@ Status Train(const Model& m, const Plan& plan, int steps, std::vector<Tensor>* o
   });
 }
 
-void ExpectSameAsSingleRank(const Model& m, const std::vector<Plan>& plans) {
+void ExpectSameAsSingleRank(const Model& m, const std::vector<Plan>& plans, double tolerance = 2e-4,
+                            double loss_tolerance = 1e-5) {
   const Placement r = Replicate{};
   const Plan single{"single", {1}, {r}, std::vector<Placements>(m.init.size(), Placements{r}),
                     std::vector<std::optional<Placements>>(m.init.size())};
@@ -192,14 +205,16 @@ void ExpectSameAsSingleRank(const Model& m, const std::vector<Plan>& plans) {
     std::printf("%s: %.2f s\n", plan.name.c_str(),
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     ASSERT_TRUE(st.ok()) << plan.name << ": " << st;
-    for (size_t k = 0; k < losses.size(); ++k) EXPECT_NEAR(losses[k], want_losses[k], 1e-5) << plan.name << " step " << k;
+    for (size_t k = 0; k < losses.size(); ++k) {
+      EXPECT_NEAR(losses[k], want_losses[k], loss_tolerance) << plan.name << " step " << k;
+    }
     for (size_t i = 0; i < got.size(); ++i) {
       ASSERT_EQ(got[i].shape(), want[i].shape());
       double diff = 0;
       for (int64_t j = 0; j < got[i].NumElements(); ++j) {
         diff = std::max(diff, std::abs(got[i].GetAsDouble(j) - want[i].GetAsDouble(j)));
       }
-      EXPECT_LE(diff, 2e-4) << plan.name << " param " << m.names[i];
+      EXPECT_LE(diff, tolerance) << plan.name << " param " << m.names[i];
     }
   }
 }
@@ -219,7 +234,24 @@ TEST(TrainStepTest, MlpTwentyAdamWStepsMatchOneRank) {
              });
 }
 
-std::vector<Plan> TransformerPlans(bool with_3d) {
+// Mixed precision: bf16 params and activations; the optimizer keeps f32 master weights and
+// reduces f32 gradients (train/optimizer.h). Sharded runs differ from one rank only by bf16
+// rounding of differently ordered sums: within a few bf16 ulps of values of magnitude ~1.
+TEST(TrainStepTest, Bf16MlpMatchesOneRankWithinBf16Rounding) {
+  const Placement r = Replicate{}, s0 = Shard{0}, s1 = Shard{1};
+  using P = Placements;
+  using S = std::optional<Placements>;
+  const Model m = InDType(Mlp(), DType::kBF16);
+  ExpectSameAsSingleRank(m,
+                         {
+                             {"ddp-2", {2}, {s0}, {{r}, {r}, {r}}, {S(), S(), S()}},
+                             {"zero1-2", {2}, {s0}, {{r}, {r}, {r}}, {P{s0}, P{s0}, P{s0}}},
+                             {"dp x tp 2x2", {2, 2}, {s0, r}, {{r, s1}, {r, s0}, {r, s0}}, {S(), S(), S()}},
+                         },
+                         /*tolerance=*/3e-2, /*loss_tolerance=*/2e-2);
+}
+
+std::vector<Plan> TransformerPlans() {
   const Placement r = Replicate{}, s0 = Shard{0}, s1 = Shard{1};
   using P = Placements;
   using S = std::optional<Placements>;
@@ -230,26 +262,16 @@ std::vector<Plan> TransformerPlans(bool with_3d) {
       // Megatron tp: q/k/v and w1 column-parallel, wo and w2 row-parallel, norm replicated.
       {"dp x tp 2x2", {2, 2}, {s0, r}, {{r, s1}, {r, s1}, {r, s1}, {r, s0}, {r, r}, {r, r}, {r, s1}, {r, s0}}, same},
   };
-  if (with_3d) {
-    plans.push_back({"dp x fsdp x tp 2x2x2",
-                     {2, 2, 2},
-                     {s0, s0, r},
-                     {{r, s0, s1}, {r, s0, s1}, {r, s0, s1}, {r, s1, s0}, {r, s0, r}, {r, s0, r}, {r, s0, s1}, {r, s1, s0}},
-                     same});
-  }
+  plans.push_back({"dp x fsdp x tp 2x2x2",
+                   {2, 2, 2},
+                   {s0, s0, r},
+                   {{r, s0, s1}, {r, s0, s1}, {r, s0, s1}, {r, s1, s0}, {r, s0, r}, {r, s0, r}, {r, s0, s1}, {r, s1, s0}},
+                   same});
   return plans;
 }
 
 TEST(TrainStepTest, TransformerBlockTwentyAdamWStepsMatchOneRank) {
-  ExpectSameAsSingleRank(Transformer(), TransformerPlans(false));
-}
-
-// The 2x2x2 case: ~2.5 minutes on 2 cores, nearly all of it the first step's uncached strategy
-// choice (planning on a 3-D mesh, issue #13); steady-state steps take milliseconds. Run with
-// `bazel test //train:train_step_3d_test` (tag manual).
-TEST(TrainStepTest, TransformerBlockOn2x2x2) {
-  if (std::getenv("MF_TRAIN_3D") == nullptr) GTEST_SKIP() << "set MF_TRAIN_3D=1 (//train:train_step_3d_test)";
-  ExpectSameAsSingleRank(Transformer(), {TransformerPlans(true).back()});
+  ExpectSameAsSingleRank(Transformer(), TransformerPlans());
 }
 
 }  // namespace
