@@ -25,7 +25,7 @@ class EagerBuilder : public GradBuilder {
     MF_ASSIGN_OR_RETURN(DTensor out, RunOp(op, in, comms_));
     return Add(std::move(out));
   }
-  const std::vector<int64_t>& Shape(int v) const override { return values_[static_cast<size_t>(v)].global_shape(); }
+  std::vector<int64_t> Shape(int v) const override { return values_[static_cast<size_t>(v)].global_shape(); }
   DTensor Take(int v) { return std::move(values_[static_cast<size_t>(v)]); }
   const DTensor& Get(int v) const { return values_[static_cast<size_t>(v)]; }
 

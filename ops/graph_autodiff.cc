@@ -13,7 +13,7 @@ class GraphBuilder : public GradBuilder {
   StatusOr<int> Emit(const OpSpec& op, std::span<const int> operands) override {
     return g_.Apply(op, std::vector<ValueId>(operands.begin(), operands.end()));
   }
-  const std::vector<int64_t>& Shape(int v) const override { return g_.value(v).shape; }
+  std::vector<int64_t> Shape(int v) const override { return g_.value(v).shape; }
 
  private:
   Graph& g_;

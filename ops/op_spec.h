@@ -215,8 +215,8 @@ class GradBuilder {
   virtual ~GradBuilder() = default;
   // Applies `op` to `operands`; returns the result's handle.
   virtual StatusOr<int> Emit(const OpSpec& op, std::span<const int> operands) = 0;
-  // The global shape of a value.
-  virtual const std::vector<int64_t>& Shape(int v) const = 0;
+  // The global shape of a value (a copy: a graph builder's value table grows with every Emit).
+  virtual std::vector<int64_t> Shape(int v) const = 0;
 };
 
 // The gradients of op(inputs) = output w.r.t. each operand, given `grad` (d loss / d output, with
@@ -230,7 +230,7 @@ StatusOr<std::vector<std::optional<int>>> Vjp(const OpSpec& op, GradBuilder& b, 
                                               int output, int grad);
 
 // x summed over the dims it was broadcast along, to `shape` (numpy rules), emitted on `b`.
-StatusOr<int> SumTo(GradBuilder& b, int x, const std::vector<int64_t>& shape);
+StatusOr<int> SumTo(GradBuilder& b, int x, std::vector<int64_t> shape);
 
 // Whether the op has a derivative w.r.t. any operand (false: comparisons).
 bool IsDifferentiable(const OpSpec& op);

@@ -33,7 +33,7 @@ struct E {
   }
   StatusOr<int> Reshape(int x, std::vector<int64_t> shape) { return Op(OpSpec::Reshape(std::move(shape)), {x}); }
   StatusOr<int> Expand(int x, std::vector<int64_t> shape) { return Op(OpSpec::Expand(std::move(shape)), {x}); }
-  const std::vector<int64_t>& Shape(int v) const { return b.Shape(v); }
+  std::vector<int64_t> Shape(int v) const { return b.Shape(v); }
 };
 
 Status NoDoubleBackward(const OpSpec& op) {
@@ -55,8 +55,8 @@ std::vector<int64_t> KeepShape(const std::vector<int64_t>& x, const std::vector<
 
 // ---- matmul: da = g b^T, db = a^T g (summed over broadcast batch dims) ----
 StatusOr<Grads> Backward(const OpSpec& op, const MatmulParams&, E e, Ins in, int, int g) {
-  const std::vector<int64_t>& sa = e.Shape(in[0]);
-  const std::vector<int64_t>& sb = e.Shape(in[1]);
+  const std::vector<int64_t> sa = e.Shape(in[0]);
+  const std::vector<int64_t> sb = e.Shape(in[1]);
   if (sa.size() < 2 || sb.size() < 2) {
     return UnimplementedError(op.ToString() + " backward with a rank-1 operand (shapes " + ShapeString(sa) + " and " +
                               ShapeString(sb) + ") is not supported: reshape it to [1, k] / [k, 1] first");
@@ -313,7 +313,7 @@ StatusOr<Grads> Backward(const OpSpec& op, const CrossEntropyGradParams&, E, Ins
 
 }  // namespace
 
-StatusOr<int> SumTo(GradBuilder& b, int x, const std::vector<int64_t>& shape) {
+StatusOr<int> SumTo(GradBuilder& b, int x, std::vector<int64_t> shape) {
   const std::vector<int64_t> sx = b.Shape(x);
   if (sx == shape) return x;
   if (shape.size() > sx.size()) {

@@ -4,6 +4,7 @@
 #define MESHFLOW_OPS_TEST_UTIL_H_
 
 #include <cmath>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
@@ -27,6 +28,18 @@ inline Tensor GlobalFor(DType dtype, const std::vector<int64_t>& shape, int seed
   Tensor t = Tensor::Zeros(dtype, shape);
   for (int64_t i = 0; i < t.NumElements(); ++i) {
     t.SetFromDouble(i, static_cast<double>((i * 37 + seed * 11) % 23 - 11) / 7.0 + offset);
+  }
+  return t;
+}
+
+// Pseudo-random f32 values uniform in [-scale, scale], a fixed sequence per seed (the parameter
+// initializations of the training tests).
+inline Tensor UniformValues(std::vector<int64_t> shape, uint32_t seed, double scale) {
+  Tensor t = Tensor::Zeros(DType::kF32, std::move(shape));
+  uint32_t s = seed * 2654435761u + 7u;
+  for (int64_t i = 0; i < t.NumElements(); ++i) {
+    s = s * 1664525u + 1013904223u;
+    t.SetFromDouble(i, scale * (static_cast<double>(s >> 8) / static_cast<double>(1u << 24) * 2.0 - 1.0));
   }
   return t;
 }

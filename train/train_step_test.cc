@@ -21,26 +21,16 @@
 #include "meshflow/dtensor/dtensor.h"
 #include "meshflow/dtensor/layout.h"
 #include "meshflow/mesh/device_mesh.h"
+#include "meshflow/ops/test_util.h"
 #include "meshflow/train/optimizer.h"
 
 namespace meshflow {
 namespace {
 
-ThreadWorld& WorldOf(int n) {
-  static auto* worlds = new std::map<int, std::unique_ptr<ThreadWorld>>();
-  auto& w = (*worlds)[n];
-  if (!w) w = std::move(ThreadWorld::Create(n).value());
-  return *w;
-}
+using testing::WorldOf;
 
 Tensor Values(std::vector<int64_t> shape, uint32_t seed, double scale) {
-  Tensor t = Tensor::Zeros(DType::kF32, std::move(shape));
-  uint32_t s = seed * 2654435761u + 7u;
-  for (int64_t i = 0; i < t.NumElements(); ++i) {
-    s = s * 1664525u + 1013904223u;
-    t.SetFromDouble(i, scale * (static_cast<double>(s >> 8) / static_cast<double>(1u << 24) * 2.0 - 1.0));
-  }
-  return t;
+  return testing::UniformValues(std::move(shape), seed, scale);
 }
 
 // A model: named params with initial values, fixed inputs (x, y, and constants), and the loss.
