@@ -1,10 +1,13 @@
 // meshflow: the front door. One include and one dependency (`@meshflow//:meshflow`) for the whole
 // public API on the CPU backends: meshes, layouts and DTensors, the planner, the in-process
 // world, Redistribute / FullTensor, the eager sharded ops, the graph compiler, autograd, modules
-// and parallel styles (meshflow::nn), the data loader and checkpoints. Backends that need system
-// libraries are separate targets with their own headers:
+// and parallel styles (meshflow::nn), optimizers and coordinated training checkpoints (train/),
+// the GPT and its parallel plans (meshflow::lm), the data loader and checkpoints. Backends that
+// need system libraries are separate targets with their own headers:
 // MPI (`//collectives/mpi:mpi_communicator`, "meshflow/collectives/mpi/mpi_communicator.h") and
-// NCCL (`//collectives/nccl:nccl_communicator`, where a CUDA toolkit was found).
+// NCCL (`//collectives/nccl:nccl_communicator`, where a CUDA toolkit was found); so are the
+// launcher (`//launch:world`, which starts MPI under mpirun), the supervisor (`//launch:supervisor`)
+// and the training loop (`//lm:trainer`).
 //
 // Every public name is in namespace meshflow; every fallible call returns Status or StatusOr
 // (base/status.h); no exception crosses the API. A 2x2 world that shards a tensor and gathers it
@@ -71,5 +74,9 @@
 #include "meshflow/nn/distribute.h"
 #include "meshflow/nn/module.h"
 #include "meshflow/nn/parallel.h"
+#include "meshflow/train/checkpointer.h"
+#include "meshflow/train/optimizer.h"
+#include "meshflow/lm/gpt.h"
+#include "meshflow/lm/plan.h"
 
 #endif  // MESHFLOW_MESHFLOW_H_

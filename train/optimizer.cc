@@ -328,6 +328,23 @@ Status Optimizer::set_lr(double lr) {
 
 double Optimizer::lr() const { return LrOf(options_); }
 int Optimizer::num_params() const { return static_cast<int>(slots_.size()); }
+Status Optimizer::RestoreStepCounts(int64_t step_count, std::span<const int64_t> param_steps) {
+  if (param_steps.size() != slots_.size()) {
+    return InvalidArgumentError("RestoreStepCounts: " + std::to_string(param_steps.size()) + " param steps for " +
+                                std::to_string(slots_.size()) + " params");
+  }
+  if (step_count < 0) return InvalidArgumentError("RestoreStepCounts: step_count " + std::to_string(step_count) + " < 0");
+  for (size_t i = 0; i < param_steps.size(); ++i) {
+    if (param_steps[i] < 0 || param_steps[i] > step_count) {
+      return InvalidArgumentError("RestoreStepCounts: param " + std::to_string(i) + " ('" + slots_[i].name + "') step " +
+                                  std::to_string(param_steps[i]) + " is outside [0, " + std::to_string(step_count) + "]");
+    }
+  }
+  step_count_ = step_count;
+  for (size_t i = 0; i < param_steps.size(); ++i) slots_[i].steps = param_steps[i];
+  return Status::Ok();
+}
+
 int64_t Optimizer::param_step(int i) const { return slots_[static_cast<size_t>(i)].steps; }
 const std::string& Optimizer::param_name(int i) const { return slots_[static_cast<size_t>(i)].name; }
 const Layout& Optimizer::state_layout(int i) const { return slots_[static_cast<size_t>(i)].state_layout; }

@@ -167,6 +167,10 @@ class Optimizer {
   // Every state tensor, param by param (for checkpointing). The pointers stay valid for the
   // optimizer's lifetime; writing through them changes the state the next Step uses.
   std::vector<StateTensor> StateTensors();
+  // Restores the step counts of a checkpointed optimizer (with the state tensors written through
+  // StateTensors()): step_count() and each param_step(i). Errors (INVALID_ARGUMENT, nothing
+  // changes): param_steps.size() != num_params(), a negative count, a param step > step_count.
+  Status RestoreStepCounts(int64_t step_count, std::span<const int64_t> param_steps);
 
  private:
   struct Slot;

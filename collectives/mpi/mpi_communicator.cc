@@ -941,10 +941,17 @@ Status MpiInit() {
   if (!init) {
     int provided = 0;
     MF_RETURN_IF_ERROR(
-        CheckMpi(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided), "MPI_Init_thread", "MpiInit"));
+        CheckMpi(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided), "MPI_Init_thread", "MpiInit"));
   }
   return CheckMpi(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler",
                   "MpiInit (MPI_COMM_WORLD)");
+}
+
+bool MpiThreadMultiple() {
+  if (!MpiUsable()) return false;
+  int level = MPI_THREAD_SINGLE;
+  if (MPI_Query_thread(&level) != MPI_SUCCESS) return false;
+  return level == MPI_THREAD_MULTIPLE;
 }
 
 StatusOr<std::shared_ptr<Communicator>> MpiWorld(MpiOptions opts) {

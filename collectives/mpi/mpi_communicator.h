@@ -1,7 +1,7 @@
 // MpiCommunicator: the "mpi" backend of Communicator (one rank per process, OpenMPI or any MPI-3).
 //
-// Overview. MpiWorld() initializes MPI (MPI_Init_thread, MPI_THREAD_SERIALIZED, if the program has
-// not done so), sets MPI_ERRORS_RETURN on MPI_COMM_WORLD and returns a communicator over a
+// Overview. MpiWorld() initializes MPI (MPI_Init_thread asking for MPI_THREAD_MULTIPLE, if the
+// program has not done so), sets MPI_ERRORS_RETURN on MPI_COMM_WORLD and returns a communicator over a
 // duplicate of MPI_COMM_WORLD (so meshflow's traffic never matches the program's own messages).
 // Split() is MPI_Comm_split. A process finalizes with MpiFinalize() or an MpiFinalizeGuard in
 // main, and ends a failed job with MpiAbort() (MPI_Abort on MPI_COMM_WORLD).
@@ -226,11 +226,16 @@ class MpiCommunicator final : public Communicator {
   mutable std::vector<Staging> pool_;  // used by one thread at a time, like the communicator
 };
 
-// Initializes MPI if needed (MPI_Init_thread with MPI_THREAD_SERIALIZED; an MPI initialized by the
-// program is accepted at any thread level, used from one thread at a time) and sets
-// MPI_ERRORS_RETURN on MPI_COMM_WORLD. Idempotent.
+// Initializes MPI if needed (MPI_Init_thread asking for MPI_THREAD_MULTIPLE, accepting whatever
+// level the library provides; an MPI initialized by the program is accepted at any thread level)
+// and sets MPI_ERRORS_RETURN on MPI_COMM_WORLD. Idempotent. Each communicator is used by one
+// thread at a time; several communicators may be used from several threads at once only when
+// MpiThreadMultiple() is true (e.g. a background checkpoint writer on its own Split communicator).
 // Errors: MPI already finalized (FailedPrecondition); MPI failures (Internal).
 Status MpiInit();
+
+// True when MPI is initialized with MPI_THREAD_MULTIPLE (MPI_Query_thread); false otherwise.
+bool MpiThreadMultiple();
 
 // MpiInit() + MpiCommunicator::Create(MPI_COMM_WORLD, opts): group rank i = world rank i.
 StatusOr<std::shared_ptr<Communicator>> MpiWorld(MpiOptions opts = {});

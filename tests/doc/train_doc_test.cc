@@ -1,5 +1,9 @@
-// Every example in train/optimizer.h is compiled (and run) here; keep them identical.
+// Every example in train/optimizer.h and train/checkpointer.h is compiled (and run) here; keep
+// them identical.
+#include <cstdlib>
 #include <memory>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -11,6 +15,7 @@
 #include "meshflow/dtensor/dtensor.h"
 #include "meshflow/dtensor/layout.h"
 #include "meshflow/mesh/device_mesh.h"
+#include "meshflow/train/checkpointer.h"
 #include "meshflow/train/optimizer.h"
 
 namespace meshflow {
@@ -59,6 +64,38 @@ TEST(TrainDocTest, OptimizerExample) {
     EXPECT_NEAR(after[0].GetAsDouble(i), p * (1 - 1e-3 * 1e-2) - 1e-3, 1e-6);
     for (int r = 1; r < 4; ++r) EXPECT_EQ(after[static_cast<size_t>(r)].GetAsDouble(i), after[0].GetAsDouble(i));
   }
+}
+
+// train/checkpointer.h
+Status CheckpointerExample(const std::string& root, Communicator& world, const DeviceMesh& mesh, const DTensor& w,
+                           const std::string& loader_state) {
+  MF_ASSIGN_OR_RETURN(auto ckpt, CheckpointManager::Create({.root = root, .keep_last = 2}, world, mesh));
+  MF_ASSIGN_OR_RETURN(std::optional<TrainCheckpoint> last, LatestCheckpoint(root));  // resume from it
+  for (int64_t step = 1; step <= 100; ++step) {
+    // ... one training step ...
+    if (step % 50 == 0) MF_RETURN_IF_ERROR(ckpt->Save(step, {{"w", &w}}, loader_state));  // returns at once
+  }
+  MF_RETURN_IF_ERROR(ckpt->Wait());   // before exiting: the last save's result
+  EXPECT_FALSE(last.has_value());
+  return Status::Ok();
+}
+
+TEST(TrainDocTest, CheckpointerExample) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string root = std::string(tmp ? tmp : "/tmp") + "/doc_ckpt";
+  auto world = ThreadWorld::Create(2);
+  ASSERT_TRUE(world.ok());
+  const DeviceMesh mesh = *DeviceMesh::Create({2}, {"dp"});
+  const Status st = (*world)->Run([&](Communicator& comm) -> Status {
+    MF_ASSIGN_OR_RETURN(DTensor w, Distribute(Tensor::Iota(DType::kF32, {4, 2}), *Layout::Create({4, 2}, mesh, {Shard{0}}),
+                                              comm.world_rank()));
+    return CheckpointerExample(root, comm, mesh, w, "loader state");
+  });
+  ASSERT_TRUE(st.ok()) << st;
+  StatusOr<std::optional<TrainCheckpoint>> last = LatestCheckpoint(root);
+  ASSERT_TRUE(last.ok()) << last.status();
+  ASSERT_TRUE(last->has_value());
+  EXPECT_EQ((*last)->step, 100);
 }
 
 }  // namespace
