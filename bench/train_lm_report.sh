@@ -17,7 +17,10 @@ tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 "$t2t" --output "$tmp/c.mftok" --suffix .py --max-bytes 2000000 /usr/lib/python3.[0-9]* >/dev/null || exit 1
 source "$root/collectives/mpi/mpi_env.sh"
-field() { sed -n "s/.*\"$1\": \"\{0,1\}\([^,\"}]*\).*/\1/p" <<<"$2"; }
+field() { local v
+  v=$(sed -n "s/.*\"$1\": \"\([^\"]*\)\".*/\1/p" <<<"$2")
+  [ -n "$v" ] || v=$(sed -n "s/.*\"$1\": \([^,}]*\).*/\1/p" <<<"$2")
+  echo "$v"; }
 run() {  # run LABEL ARGS... -> prints a row; sets $tps
   local label="$1"; shift
   local out

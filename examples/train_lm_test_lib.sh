@@ -4,7 +4,10 @@ check() {  # check NAME CONDITION-RESULT
   if [ "$2" = 0 ]; then echo "ok   $1"; else echo "FAIL $1"; fails=$((fails + 1)); fi
 }
 field() {  # field NAME JSON-LINE: the value of a JSON field (string quotes dropped)
-  sed -n "s/.*\"$1\": \"\{0,1\}\([^,\"}]*\).*/\1/p" <<<"$2"
+  local v
+  v=$(sed -n "s/.*\"$1\": \"\([^\"]*\)\".*/\1/p" <<<"$2")
+  [ -n "$v" ] || v=$(sed -n "s/.*\"$1\": \([^,}]*\).*/\1/p" <<<"$2")
+  echo "$v"
 }
 # max |a - b| over the loss column (2) of two train_lm CSV logs, rows of the same steps; "inf" if
 # the step lists differ.

@@ -266,17 +266,6 @@ StatusOr<TrainSummary> TrainLm(Communicator& world, const RankInfo& me, const Tr
       sum.resumed_from_step = st.step;
     }
   }
-  if (lead && progress) {
-    std::fprintf(progress,
-                 "train_lm: plan %s on mesh %s (%d ranks), %lld params (%s), corpus %s: %lld sequences of %lld tokens, "
-                 "batch %lld; %s\n",
-                 sum.plan.c_str(), sum.mesh.c_str(), me.size, static_cast<long long>(sum.num_parameters),
-                 o.model.ToString().c_str(), o.corpus.c_str(), static_cast<long long>(ds->size()),
-                 static_cast<long long>(o.model.seq_len + 1), static_cast<long long>(o.batch_size),
-                 start > 0 ? ("resumed from step " + std::to_string(start) + " of " + o.ckpt_dir).c_str()
-                           : "starting from step 0");
-    std::fflush(progress);
-  }
   std::unique_ptr<CheckpointManager> ckpt;
   if (!o.ckpt_dir.empty()) {
     MF_ASSIGN_OR_RETURN(ckpt, CheckpointManager::Create(
@@ -284,6 +273,21 @@ StatusOr<TrainSummary> TrainLm(Communicator& world, const RankInfo& me, const Tr
                                    .keep_last = o.keep_last,
                                    .async = o.async_checkpoint && me.concurrent_communicators}, world, mesh));
   }
+  if (lead && progress) {
+    std::fprintf(progress,
+                 "train_lm: plan %s on mesh %s (%d ranks), %lld params (%s), corpus %s: %lld sequences of %lld tokens, "
+                 "batch %lld; %s%s\n",
+                 sum.plan.c_str(), sum.mesh.c_str(), me.size, static_cast<long long>(sum.num_parameters),
+                 o.model.ToString().c_str(), o.corpus.c_str(), static_cast<long long>(ds->size()),
+                 static_cast<long long>(o.model.seq_len + 1), static_cast<long long>(o.batch_size),
+                 start > 0 ? ("resumed from step " + std::to_string(start) + " of " + o.ckpt_dir).c_str()
+                           : "starting from step 0",
+                 !ckpt                     ? ""
+                 : ckpt->options().async ? "; checkpoints written in the background"
+                                         : "; checkpoints written synchronously");
+    std::fflush(progress);
+  }
+
   std::FILE* csv = nullptr;
   std::FILE* samples = nullptr;
   if (lead && !o.log_csv.empty()) {
