@@ -275,8 +275,7 @@ int Main(int argc, char** argv) {
                       "with --launcher mpirun)");
     }
     // Bad input is reported once, before anything starts.
-    const int world = f.launcher == "mpirun" ? f.nproc : f.nproc;
-    const Status v = lm::ValidateTrainLm(f.train, world);
+    const Status v = lm::ValidateTrainLm(f.train, f.nproc);
     if (!v.ok()) return BadInput(v.ToString());
     return Supervisor(f);
   }

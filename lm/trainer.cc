@@ -94,18 +94,23 @@ struct TrainState {
   }
 };
 
+// The train state of the checkpoint at dir, refused when it was written for another model.
+StatusOr<TrainState> ReadTrainState(const std::string& dir, const GptConfig& model) {
+  MF_ASSIGN_OR_RETURN(std::string extra, LoadExtraState(dir));
+  MF_ASSIGN_OR_RETURN(TrainState st, TrainState::Parse(extra, "checkpoint " + dir));
+  if (st.model != model.ToString()) {
+    return FailedPreconditionError("checkpoint " + dir + " was written for model config '" + st.model +
+                                   "' but this run's is '" + model.ToString() +
+                                   "' (use another --ckpt-dir or the same model flags)");
+  }
+  return st;
+}
+
 Status CheckCheckpointModel(const TrainLmOptions& o) {
   if (o.ckpt_dir.empty()) return Status::Ok();
   MF_ASSIGN_OR_RETURN(std::optional<TrainCheckpoint> last, LatestCheckpoint(o.ckpt_dir));
   if (!last) return Status::Ok();
-  MF_ASSIGN_OR_RETURN(std::string extra, LoadExtraState(last->dir));
-  MF_ASSIGN_OR_RETURN(TrainState st, TrainState::Parse(extra, "checkpoint " + last->dir));
-  if (st.model != o.model.ToString()) {
-    return FailedPreconditionError("checkpoint " + last->dir + " was written for model config '" + st.model +
-                                   "' but this run's is '" + o.model.ToString() +
-                                   "' (use another --ckpt-dir or the same model flags)");
-  }
-  return Status::Ok();
+  return ReadTrainState(last->dir, o.model).status();
 }
 
 StatusOr<std::shared_ptr<TokenFileDataset>> OpenCorpus(const TrainLmOptions& o) {
@@ -240,19 +245,13 @@ StatusOr<TrainSummary> TrainLm(Communicator& world, const RankInfo& me, const Tr
   if (!o.ckpt_dir.empty()) {
     int64_t found = -1;
     if (lead) {
-      MF_RETURN_IF_ERROR(CheckCheckpointModel(o));
       MF_ASSIGN_OR_RETURN(std::optional<TrainCheckpoint> last, LatestCheckpoint(o.ckpt_dir));
       if (last) found = last->step;
     }
     MF_RETURN_IF_ERROR(world.Broadcast(&found, 1, DType::kI64, 0));
     if (found >= 0) {
       const std::string dir = StepCheckpointDir(o.ckpt_dir, found);
-      MF_ASSIGN_OR_RETURN(std::string extra, LoadExtraState(dir));
-      MF_ASSIGN_OR_RETURN(TrainState st, TrainState::Parse(extra, "checkpoint " + dir));
-      if (st.model != o.model.ToString()) {
-        return FailedPreconditionError("checkpoint " + dir + " was written for model config '" + st.model +
-                                       "' but this run's is '" + o.model.ToString() + "'");
-      }
+      MF_ASSIGN_OR_RETURN(TrainState st, ReadTrainState(dir, o.model));
       std::vector<LoadRequest> requests;
       for (const auto& [name, t] : tensors) requests.push_back(LoadRequest{name, t->layout(), t->dtype()});
       MF_ASSIGN_OR_RETURN(std::vector<DTensor> loaded, LoadTensors(dir, requests, comms));

@@ -96,12 +96,11 @@ class CheckpointManager {
   const CheckpointStats& stats() const { return stats_; }
 
  private:
-  CheckpointManager(CheckpointManagerOptions options, std::shared_ptr<Communicator> writer_comm, MeshComms comms);
+  CheckpointManager(CheckpointManagerOptions options, MeshComms comms);
   Status Write(int64_t step, const std::vector<std::pair<std::string, DTensor>>& snapshot, const std::string& extra);
 
   CheckpointManagerOptions options_;
-  std::shared_ptr<Communicator> writer_comm_;
-  MeshComms comms_;  // over writer_comm_
+  MeshComms comms_;  // over the writer's own Split communicator (it owns it)
   std::thread writer_;
   Status writer_status_;
   double writer_seconds_ = 0;
