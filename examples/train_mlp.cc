@@ -14,10 +14,16 @@
 // max_param_diff_vs_single is the largest |param - single-rank param| after the last step (f32);
 // bytes_per_rank is rank 0's Optimizer::BytesPerRank after the last step.
 //
+// Then (--program PLAN, default fsdp) the same training as one compiled program
+// (train/compiled_step.h: forward + backward + AdamW update, every collective inserted by the
+// planner), printed with its cost and peak live bytes per rank, and one more JSON line with
+// "mode": "compiled" and "peak_live_bytes_per_rank".
+//
 // With --check the exit code is 1 unless every run's loss decreased, every plan's params match the
-// single rank within 1e-4, and the bytes per rank are exactly 1/4 of the single rank's where the
+// single rank within 1e-4 (the compiled run too), and the bytes per rank are exactly 1/4 of the single rank's where the
 // plan shards them (zero1: grads and optimizer state; fsdp: params, grads and optimizer state).
 #include <algorithm>
+#include <span>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -37,13 +43,16 @@
 #include "meshflow/dtensor/dtensor.h"
 #include "meshflow/dtensor/layout.h"
 #include "meshflow/mesh/device_mesh.h"
+#include "meshflow/ops/graph.h"
+#include "meshflow/ops/program.h"
+#include "meshflow/train/compiled_step.h"
 #include "meshflow/train/optimizer.h"
 
 namespace meshflow {
 namespace {
 
 constexpr const char* kUsage =
-    "usage: train_mlp [--plans LIST] [--steps N] [--check]\n"
+    "usage: train_mlp [--plans LIST] [--steps N] [--program PLAN] [--check]\n"
     "\n"
     "Trains a 2-layer MLP regression (x[32,16] -> 32 -> 8, gelu, MSE) with AdamW on one rank, then on 4\n"
     "thread ranks under each plan, and prints one JSON line per run.\n"
@@ -51,6 +60,9 @@ constexpr const char* kUsage =
     "flags:\n"
     "  --plans LIST  comma-separated subset of ddp,zero1,fsdp,tp,fsdp+tp (default: all)\n"
     "  --steps N     optimizer steps per run, 1..1000 (default 20)\n"
+    "  --program PLAN  also train PLAN (one of ddp,zero1,fsdp,tp,fsdp+tp; default fsdp) as one compiled\n"
+    "                program (forward + backward + AdamW update, train/compiled_step.h), print it with\n"
+    "                every inserted collective and its peak live bytes per rank; 'none' skips it\n"
     "  --check       exit 1 unless every run matches the single rank (see the header of train_mlp.cc)\n"
     "  -h, --help    print this help and exit\n"
     "\n"
@@ -198,6 +210,102 @@ StatusOr<RunResult> Train(const PlanSpec& plan, const Problem& prob, int steps) 
   return result;
 }
 
+// The same model as one compiled training step (train/compiled_step.h): the forward graph with
+// the plan's layouts as annotations; CompileTrainStep appends backward and update.
+struct CompiledRun {
+  RunResult result;
+  std::string program;  // CompiledTrainStep::ToText
+  int64_t peak_live_bytes = 0;
+};
+
+StatusOr<CompiledRun> TrainCompiled(const PlanSpec& plan, const Problem& prob, int steps) {
+  MF_ASSIGN_OR_RETURN(DeviceMesh mesh, DeviceMesh::Create(plan.mesh_shape, plan.mesh_names));
+  Graph g(mesh);
+  MF_ASSIGN_OR_RETURN(ValueId x, g.Input("x", {kBatch, kIn}, DType::kF32));
+  MF_ASSIGN_OR_RETURN(ValueId y, g.Input("y", {kBatch, kOut}, DType::kF32));
+  MF_RETURN_IF_ERROR(g.Annotate(x, plan.batch));
+  MF_RETURN_IF_ERROR(g.Annotate(y, plan.batch));
+  std::vector<ValueId> p;
+  TrainStepSpec spec;
+  for (size_t i = 0; i < 4; ++i) {
+    MF_ASSIGN_OR_RETURN(ValueId v, g.Param(kParamNames[i], kParamShapes[i], DType::kF32));
+    MF_RETURN_IF_ERROR(g.Annotate(v, plan.params[i]));
+    p.push_back(v);
+    std::optional<Layout> state;
+    if (plan.state[i]) {
+      MF_ASSIGN_OR_RETURN(Layout l, Layout::Create(kParamShapes[i], mesh, *plan.state[i]));
+      state = std::move(l);
+    }
+    spec.state_layouts.push_back(std::move(state));
+  }
+  // loss = mean((gelu(x w1 + b1) w2 + b2 - y)^2), as Loss above.
+  MF_ASSIGN_OR_RETURN(ValueId h, g.Apply(OpSpec::Matmul(), {x, p[0]}, "h"));
+  MF_ASSIGN_OR_RETURN(ValueId hb, g.Apply(OpSpec::Binary(BinaryOp::kAdd), {h, p[1]}, "hb"));
+  MF_ASSIGN_OR_RETURN(ValueId a, g.Apply(OpSpec::Unary(UnaryOp::kGelu), {hb}, "a"));
+  MF_ASSIGN_OR_RETURN(ValueId o, g.Apply(OpSpec::Matmul(), {a, p[2]}, "o"));
+  MF_ASSIGN_OR_RETURN(ValueId ob, g.Apply(OpSpec::Binary(BinaryOp::kAdd), {o, p[3]}, "ob"));
+  MF_ASSIGN_OR_RETURN(ValueId d, g.Apply(OpSpec::Binary(BinaryOp::kSub), {ob, y}, "d"));
+  MF_ASSIGN_OR_RETURN(ValueId sq, g.Apply(OpSpec::Binary(BinaryOp::kMul), {d, d}, "sq"));
+  MF_ASSIGN_OR_RETURN(ValueId loss, g.Apply(OpSpec::Reduce(ReduceKind::kMean, {}, false), {sq}, "loss"));
+  // The forward alone, for the loss after the last update.
+  Graph forward = g;
+  MF_RETURN_IF_ERROR(forward.MarkOutput(loss));
+  MF_ASSIGN_OR_RETURN(Program eval, Compile(forward));
+  spec.loss = loss;
+  spec.params = p;
+  AdamWOptions options;
+  options.lr = 1e-2;
+  spec.optimizer = options;
+  MF_ASSIGN_OR_RETURN(CompiledTrainStep compiled, CompileTrainStep(std::move(g), spec));
+  CompiledRun out;
+  out.program = compiled.ToText();
+  out.peak_live_bytes = ReportMemory(compiled.program).max_peak_live_bytes;
+  auto step = std::make_shared<const CompiledTrainStep>(std::move(compiled));
+  MF_ASSIGN_OR_RETURN(std::unique_ptr<ThreadWorld> world, ThreadWorld::Create(mesh.size()));
+  out.result.params.assign(4, Tensor::Zeros(DType::kF32, {}));
+  MF_RETURN_IF_ERROR(world->Run([&](Communicator& comm) -> Status {
+    MF_ASSIGN_OR_RETURN(MeshComms comms, MeshComms::Create(comm, mesh));
+    const int rank = comm.world_rank();
+    std::vector<DTensor> params;
+    for (size_t i = 0; i < 4; ++i) {
+      MF_ASSIGN_OR_RETURN(Layout l, Layout::Create(kParamShapes[i], mesh, plan.params[i]));
+      MF_ASSIGN_OR_RETURN(DTensor dt, Distribute(prob.init[i], l, rank));
+      params.push_back(std::move(dt));
+    }
+    MF_ASSIGN_OR_RETURN(TrainStepRunner runner, TrainStepRunner::Create(step, std::move(params)));
+    MF_ASSIGN_OR_RETURN(Layout xl, Layout::Create({kBatch, kIn}, mesh, plan.batch));
+    MF_ASSIGN_OR_RETURN(Layout yl, Layout::Create({kBatch, kOut}, mesh, plan.batch));
+    std::vector<DTensor> batch;
+    MF_ASSIGN_OR_RETURN(DTensor xd, Distribute(prob.x, xl, rank));
+    MF_ASSIGN_OR_RETURN(DTensor yd, Distribute(prob.y, yl, rank));
+    batch.push_back(std::move(xd));
+    batch.push_back(std::move(yd));
+    double initial = 0;
+    for (int s = 0; s < steps; ++s) {
+      MF_ASSIGN_OR_RETURN(double l, runner.Step(batch, comms));
+      if (s == 0) initial = l;
+    }
+    // The forward program's inputs: x, y, then the params (declaration order).
+    std::vector<const DTensor*> in = {&batch[0], &batch[1]};
+    for (const DTensor& t : runner.params()) in.push_back(&t);
+    MF_ASSIGN_OR_RETURN(std::vector<DTensor> final_loss, ExecuteBorrowed(eval, comms, in));
+    MF_ASSIGN_OR_RETURN(Tensor fl, FullTensor(final_loss[0], comms));
+    std::vector<Tensor> full;
+    for (const DTensor& t : runner.params()) {
+      MF_ASSIGN_OR_RETURN(Tensor f, FullTensor(t, comms));
+      full.push_back(std::move(f));
+    }
+    if (rank == 0) {
+      out.result.initial_loss = initial;
+      out.result.final_loss = fl.GetAsDouble(0);
+      out.result.params = std::move(full);
+      out.result.bytes = runner.BytesPerRank();
+    }
+    return Status::Ok();
+  }));
+  return out;
+}
+
 double MaxDiff(const std::vector<Tensor>& a, const std::vector<Tensor>& b) {
   double d = 0;
   for (size_t i = 0; i < a.size(); ++i) {
@@ -215,9 +323,10 @@ int Main(int argc, char** argv) {
   std::vector<std::string> wanted;
   int steps = 20;
   bool check = false;
+  std::string program_plan = "fsdp";
   for (int i = 1; i < argc; ++i) {
     const std::string_view arg = argv[i];
-    if ((arg == "--plans" || arg == "--steps") && i + 1 >= argc) {
+    if ((arg == "--plans" || arg == "--steps" || arg == "--program") && i + 1 >= argc) {
       std::fprintf(stderr, "train_mlp: %s needs a value; see 'train_mlp --help'\n", argv[i]);
       return 2;
     }
@@ -241,6 +350,13 @@ int Main(int argc, char** argv) {
         return 2;
       }
       steps = static_cast<int>(*n);
+    } else if (arg == "--program") {
+      StatusOr<size_t> c = ParseChoice("--program", argv[++i], {"ddp", "zero1", "fsdp", "tp", "fsdp+tp", "none"});
+      if (!c.ok()) {
+        std::fprintf(stderr, "train_mlp: %s\n", c.status().message().c_str());
+        return 2;
+      }
+      program_plan = argv[i];
     } else if (arg == "--check") {
       check = true;
     } else {
@@ -288,6 +404,39 @@ int Main(int argc, char** argv) {
     }
     for (const std::string& m : bad) std::fprintf(stderr, "train_mlp: plan %s: check failed: %s\n", plan.name.c_str(), m.c_str());
     failures += static_cast<int>(bad.size());
+  }
+  if (program_plan != "none" && single) {
+    for (const PlanSpec& plan : AllPlans()) {
+      if (plan.name != program_plan) continue;
+      StatusOr<CompiledRun> c = TrainCompiled(plan, prob, steps);
+      if (!c.ok()) {
+        std::fprintf(stderr, "train_mlp: compiled plan %s: %s\n", plan.name.c_str(), c.status().ToString().c_str());
+        ++failures;
+        continue;
+      }
+      const RunResult& r = c->result;
+      const double diff = MaxDiff(r.params, single->params);
+      int64_t ranks = 1;
+      for (int64_t dim : plan.mesh_shape) ranks *= dim;
+      std::printf("compiled training step, plan %s (forward + backward + AdamW update in one program):\n%s",
+                  plan.name.c_str(), c->program.c_str());
+      std::printf(
+          "{\"plan\": \"%s\", \"mode\": \"compiled\", \"ranks\": %lld, \"initial_loss\": %.9g, \"final_loss\": %.9g, "
+          "\"max_param_diff_vs_single\": %.3g, \"bytes_per_rank\": {\"params\": %lld, \"grads\": %lld, "
+          "\"optimizer\": %lld}, \"peak_live_bytes_per_rank\": %lld}\n",
+          plan.name.c_str(), static_cast<long long>(ranks), r.initial_loss, r.final_loss, diff,
+          static_cast<long long>(r.bytes.params), static_cast<long long>(r.bytes.grads),
+          static_cast<long long>(r.bytes.optimizer), static_cast<long long>(c->peak_live_bytes));
+      std::fflush(stdout);
+      if (!check) continue;
+      std::vector<std::string> bad;
+      if (!(r.final_loss < r.initial_loss)) bad.push_back("the loss did not decrease");
+      if (!(diff <= 1e-4)) bad.push_back("params differ from the single rank by " + std::to_string(diff));
+      for (const std::string& m : bad) {
+        std::fprintf(stderr, "train_mlp: compiled plan %s: check failed: %s\n", plan.name.c_str(), m.c_str());
+      }
+      failures += static_cast<int>(bad.size());
+    }
   }
   return failures == 0 ? 0 : 1;
 }

@@ -40,6 +40,29 @@ const DTensor* FindLayout(const std::vector<DTensor>& copies, const Layout& layo
   return nullptr;
 }
 
+// The last step reading each value (index into program.steps; -1: never read); outputs are read
+// at steps.size() (kept to the end). Execute releases copies with it and ReportMemory mirrors it.
+std::vector<int> LastUses(const Program& program) {
+  const Graph& g = program.graph;
+  std::vector<int> last_use(g.values().size(), -1);
+  for (size_t i = 0; i < program.steps.size(); ++i) {
+    if (const OpStep* op = std::get_if<OpStep>(&program.steps[i])) {
+      for (ValueId v : op->operands) last_use[static_cast<size_t>(v)] = static_cast<int>(i);
+    } else {
+      last_use[static_cast<size_t>(std::get<RedistributeStep>(program.steps[i]).value)] = static_cast<int>(i);
+    }
+  }
+  for (ValueId v : g.outputs()) last_use[static_cast<size_t>(v)] = static_cast<int>(program.steps.size());
+  return last_use;
+}
+
+// Local bytes of `layout` at every rank, mesh().ranks() order.
+std::vector<int64_t> LocalBytes(const Layout& layout, DType dtype) {
+  std::vector<int64_t> out;
+  for (const Box& b : layout.AllLocalBoxes()) out.push_back(b.NumElements() * DTypeSize(dtype));
+  return out;
+}
+
 }  // namespace
 
 StatusOr<Program> Compile(const Graph& graph, const PropagationOptions& options) {
@@ -69,9 +92,19 @@ StatusOr<Program> Compile(const Graph& graph, const PropagationOptions& options)
     p.input_layouts.push_back(prop.values[static_cast<size_t>(v)]);
     available[static_cast<size_t>(v)].push_back(prop.values[static_cast<size_t>(v)]);
   }
+  // Nodes no output depends on are dead code (e.g. the gradient of a graph input that a VJP
+  // computes with the gradients of the params): no step runs them.
+  std::vector<bool> live(graph.values().size(), false);
+  for (ValueId v : graph.outputs()) live[static_cast<size_t>(v)] = true;
+  for (size_t n = graph.nodes().size(); n-- > 0;) {
+    const Node& node = graph.nodes()[n];
+    if (!live[static_cast<size_t>(node.result)]) continue;
+    for (ValueId v : node.operands) live[static_cast<size_t>(v)] = true;
+  }
   for (size_t n = 0; n < graph.nodes().size(); ++n) {
     const Node& node = graph.nodes()[n];
     const NodeSharding& ns = prop.nodes[n];
+    if (!live[static_cast<size_t>(node.result)]) continue;
     for (size_t i = 0; i < node.operands.size(); ++i) {
       const ValueId v = node.operands[i];
       if (!has(v, ns.operands[i])) {
@@ -115,6 +148,56 @@ CostReport ReportCost(const Program& program) {
   }
   for (int64_t b : r.bytes_received_per_rank) r.max_bytes_received_per_rank = std::max(r.max_bytes_received_per_rank, b);
   return r;
+}
+
+MemoryReport ReportMemory(const Program& program) {
+  const Graph& g = program.graph;
+  const size_t n = static_cast<size_t>(g.mesh().size());
+  MemoryReport r;
+  r.peak_live_bytes_per_rank.assign(n, 0);
+  std::vector<int64_t> live(n, 0);
+  auto add = [&](const std::vector<int64_t>& bytes, int sign) {
+    for (size_t k = 0; k < n; ++k) live[k] += sign * bytes[k];
+  };
+  auto mark_peak = [&] {
+    for (size_t k = 0; k < n; ++k) r.peak_live_bytes_per_rank[k] = std::max(r.peak_live_bytes_per_rank[k], live[k]);
+  };
+  // The caller's inputs (held for the whole call), then the copies the program makes.
+  for (size_t i = 0; i < g.inputs().size(); ++i) add(LocalBytes(program.input_layouts[i], g.value(g.inputs()[i]).dtype), 1);
+  mark_peak();
+  const std::vector<int> last_use = LastUses(program);
+  std::vector<std::vector<std::vector<int64_t>>> copies(g.values().size());
+  for (size_t i = 0; i < program.steps.size(); ++i) {
+    ValueId v = -1;
+    const Layout* made = nullptr;
+    if (const OpStep* op = std::get_if<OpStep>(&program.steps[i])) {
+      v = op->result;
+      made = &op->result_layout;
+    } else {
+      const RedistributeStep& rs = std::get<RedistributeStep>(program.steps[i]);
+      v = rs.value;
+      made = &rs.to;
+    }
+    std::vector<int64_t> bytes = LocalBytes(*made, g.value(v).dtype);
+    add(bytes, 1);
+    copies[static_cast<size_t>(v)].push_back(std::move(bytes));
+    mark_peak();
+    for (size_t u = 0; u < copies.size(); ++u) {
+      if (last_use[u] != static_cast<int>(i)) continue;
+      for (const std::vector<int64_t>& c : copies[u]) add(c, -1);
+      copies[u].clear();
+    }
+  }
+  for (int64_t b : r.peak_live_bytes_per_rank) r.max_peak_live_bytes = std::max(r.max_peak_live_bytes, b);
+  return r;
+}
+
+std::string MemoryReportToText(const MemoryReport& r) {
+  std::string out = "peak live bytes per rank: max " + std::to_string(r.max_peak_live_bytes) + " [";
+  for (size_t i = 0; i < r.peak_live_bytes_per_rank.size(); ++i) {
+    out += (i ? "," : "") + std::to_string(r.peak_live_bytes_per_rank[i]);
+  }
+  return out + "]\n";
 }
 
 std::string CostReportToText(const CostReport& r) {
@@ -178,6 +261,14 @@ std::string ProgramToText(const Program& program) {
 }
 
 StatusOr<std::vector<DTensor>> Execute(const Program& program, MeshComms& comms, std::span<const DTensor> inputs) {
+  std::vector<const DTensor*> ptrs;
+  ptrs.reserve(inputs.size());
+  for (const DTensor& x : inputs) ptrs.push_back(&x);
+  return ExecuteBorrowed(program, comms, ptrs);
+}
+
+StatusOr<std::vector<DTensor>> ExecuteBorrowed(const Program& program, MeshComms& comms,
+                                               std::span<const DTensor* const> inputs) {
   const Graph& g = program.graph;
   if (!(comms.mesh() == g.mesh())) {
     return InvalidArgumentError("execute: comms on " + comms.mesh().ToString() + ", program on " + g.mesh().ToString());
@@ -186,10 +277,20 @@ StatusOr<std::vector<DTensor>> Execute(const Program& program, MeshComms& comms,
     return InvalidArgumentError("execute: expected " + std::to_string(g.inputs().size()) + " inputs, got " +
                                 std::to_string(inputs.size()));
   }
+  // Copies this call made, and the caller's inputs used in place (never copied).
   std::vector<std::vector<DTensor>> avail(g.values().size());
+  std::vector<const DTensor*> borrowed(g.values().size(), nullptr);
+  auto find = [&](ValueId v, const Layout& layout) -> const DTensor* {
+    const DTensor* b = borrowed[static_cast<size_t>(v)];
+    if (b != nullptr && b->layout() == layout) return b;
+    return FindLayout(avail[static_cast<size_t>(v)], layout);
+  };
   for (size_t i = 0; i < inputs.size(); ++i) {
     const ValueId v = g.inputs()[i];
-    const DTensor& x = inputs[i];
+    if (inputs[i] == nullptr) {
+      return InvalidArgumentError("execute: input '" + g.value(v).name + "' is null");
+    }
+    const DTensor& x = *inputs[i];
     if (x.global_shape() != g.value(v).shape || x.dtype() != g.value(v).dtype) {
       std::string shape;
       for (int64_t s : x.global_shape()) shape += (shape.empty() ? "" : ",") + std::to_string(s);
@@ -197,7 +298,7 @@ StatusOr<std::vector<DTensor>> Execute(const Program& program, MeshComms& comms,
                                   "[" + shape + "], expected " + g.TypeString(v));
     }
     if (x.layout() == program.input_layouts[i]) {
-      avail[static_cast<size_t>(v)].push_back(x);
+      borrowed[static_cast<size_t>(v)] = &x;
     } else {
       RedistributeOptions ropts;
       ropts.topology = program.options.topology;
@@ -206,19 +307,13 @@ StatusOr<std::vector<DTensor>> Execute(const Program& program, MeshComms& comms,
       avail[static_cast<size_t>(v)].push_back(std::move(*moved));
     }
   }
-  // Last step reading each value (outputs: never freed), so that copies die after their last use.
-  std::vector<int> last_use(g.values().size(), -1);
-  for (size_t i = 0; i < program.steps.size(); ++i) {
-    if (const OpStep* op = std::get_if<OpStep>(&program.steps[i])) {
-      for (ValueId v : op->operands) last_use[static_cast<size_t>(v)] = static_cast<int>(i);
-    } else {
-      last_use[static_cast<size_t>(std::get<RedistributeStep>(program.steps[i]).value)] = static_cast<int>(i);
-    }
-  }
-  for (ValueId v : g.outputs()) last_use[static_cast<size_t>(v)] = static_cast<int>(program.steps.size());
+  const std::vector<int> last_use = LastUses(program);
   auto release = [&](int step_index) {
     for (size_t v = 0; v < avail.size(); ++v) {
-      if (last_use[v] == step_index) avail[v].clear();
+      if (last_use[v] == step_index) {
+        avail[v].clear();
+        borrowed[v] = nullptr;
+      }
     }
   };
   int index = 0;
@@ -229,7 +324,7 @@ StatusOr<std::vector<DTensor>> Execute(const Program& program, MeshComms& comms,
                                 op->op.ToString() + ")";
       std::vector<const DTensor*> args;
       for (size_t i = 0; i < op->operands.size(); ++i) {
-        const DTensor* d = FindLayout(avail[static_cast<size_t>(op->operands[i])], op->operand_layouts[i]);
+        const DTensor* d = find(op->operands[i], op->operand_layouts[i]);
         if (d == nullptr) return InternalError(where + ": operand '" + g.value(op->operands[i]).name + "' not in " +
                                                op->operand_layouts[i].PlacementsString());
         args.push_back(d);
@@ -242,7 +337,7 @@ StatusOr<std::vector<DTensor>> Execute(const Program& program, MeshComms& comms,
     }
     const RedistributeStep& r = std::get<RedistributeStep>(step);
     const std::string where = "step " + std::to_string(index) + " (redistribute '" + g.value(r.value).name + "')";
-    const DTensor* src = FindLayout(avail[static_cast<size_t>(r.value)], r.from);
+    const DTensor* src = find(r.value, r.from);
     if (src == nullptr) return InternalError(where + ": value not in " + r.from.PlacementsString());
     Tensor local = src->local();
     const int rank = src->rank();
@@ -256,7 +351,7 @@ StatusOr<std::vector<DTensor>> Execute(const Program& program, MeshComms& comms,
   std::vector<DTensor> outs;
   for (size_t i = 0; i < g.outputs().size(); ++i) {
     const ValueId v = g.outputs()[i];
-    const DTensor* d = FindLayout(avail[static_cast<size_t>(v)], program.output_layouts[i]);
+    const DTensor* d = find(v, program.output_layouts[i]);
     if (d == nullptr) return InternalError("execute: output '" + g.value(v).name + "' not materialized");
     outs.push_back(*d);
   }

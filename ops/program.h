@@ -1,7 +1,8 @@
 // Compiled program: a Graph plus its Propagation lowered to explicit steps, with printing, a
 // cost report and execution on any Communicator backend.
 //
-// Steps (in execution order):
+// Nodes whose result no graph output depends on are dead code and get no step (a graph without
+// outputs compiles to no steps). Steps (in execution order):
 //   RedistributeStep  value, from layout, to layout and the planner's Plan (optimal planner,
 //                     PropagationOptions::topology). Inserted (a) before an op whose strategy
 //                     needs an operand in a layout not yet available (each (value, layout) is
@@ -118,14 +119,32 @@ CostReport ReportCost(const Program& program);
 // "cost: 4.008 us modelled, 3 ops, 1 redistribution, 1 collective (all_reduce x1), max 1152 B
 //  received per rank\nbytes received per rank: [1152,1152,768,768]\n"
 std::string CostReportToText(const CostReport& report);
+// Memory of one Execute per rank: the bytes of the local value copies held at once. The
+// caller's inputs (in program.input_layouts) count for the whole call; every copy the program
+// makes (an op result, a redistributed value) counts from the step that makes it until the last
+// step reading its value (outputs: to the end), as Execute releases them. The executor's
+// transient plan buffers are not counted. O(steps x ranks).
+struct MemoryReport {
+  std::vector<int64_t> peak_live_bytes_per_rank;  // mesh().ranks() order
+  int64_t max_peak_live_bytes = 0;
+  friend bool operator==(const MemoryReport&, const MemoryReport&) = default;
+};
+MemoryReport ReportMemory(const Program& program);
+// "peak live bytes per rank: max 4480 [4480,4480,4096,4096]\n"
+std::string MemoryReportToText(const MemoryReport& report);
+
 // Every step, then the cost report (see the file comment).
 std::string ProgramToText(const Program& program);
 
 // Collective. `inputs` follow graph.inputs(); an input in another layout than the program's is
 // redistributed first (optimal plan). Every local copy is released after the last step reading
-// its value (outputs are kept). Returns the outputs in graph.outputs() order, each in
+// its value (outputs are kept); inputs already in their program layout are read in place, never
+// copied. Returns the outputs in graph.outputs() order, each in
 // program.output_layouts.
 StatusOr<std::vector<DTensor>> Execute(const Program& program, MeshComms& comms, std::span<const DTensor> inputs);
+// Same, with the inputs by pointer (none copied; a null input is INVALID_ARGUMENT).
+StatusOr<std::vector<DTensor>> ExecuteBorrowed(const Program& program, MeshComms& comms,
+                                               std::span<const DTensor* const> inputs);
 // Same, with every input given as this rank's local shard in program.input_layouts.
 StatusOr<std::vector<DTensor>> ExecuteLocal(const Program& program, MeshComms& comms, std::span<const Tensor> locals);
 // This rank's local shards of global input tensors (Distribute under program.input_layouts).

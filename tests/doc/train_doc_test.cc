@@ -1,5 +1,6 @@
-// Every example in train/optimizer.h and train/checkpointer.h is compiled (and run) here; keep
+// Every example in train/optimizer.h, train/compiled_step.h and train/checkpointer.h is compiled (and run) here; keep
 // them identical.
+#include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <optional>
@@ -15,7 +16,9 @@
 #include "meshflow/dtensor/dtensor.h"
 #include "meshflow/dtensor/layout.h"
 #include "meshflow/mesh/device_mesh.h"
+#include "meshflow/ops/graph.h"
 #include "meshflow/train/checkpointer.h"
+#include "meshflow/train/compiled_step.h"
 #include "meshflow/train/optimizer.h"
 
 namespace meshflow {
@@ -64,6 +67,56 @@ TEST(TrainDocTest, OptimizerExample) {
     EXPECT_NEAR(after[0].GetAsDouble(i), p * (1 - 1e-3 * 1e-2) - 1e-3, 1e-6);
     for (int r = 1; r < 4; ++r) EXPECT_EQ(after[static_cast<size_t>(r)].GetAsDouble(i), after[0].GetAsDouble(i));
   }
+}
+
+// train/compiled_step.h
+Status CompiledStepExample(Graph& g, ValueId sq, ValueId w1, ValueId w2, std::vector<DTensor> my_params,
+                           const std::vector<DTensor>& batch, MeshComms& comms, double* out) {
+  MF_ASSIGN_OR_RETURN(ValueId loss, g.Apply(OpSpec::Reduce(ReduceKind::kMean, {}, false), {sq}, "loss"));
+  TrainStepSpec spec{.loss = loss, .params = {w1, w2}, .optimizer = AdamWOptions{.lr = 1e-2}};
+  MF_ASSIGN_OR_RETURN(CompiledTrainStep compiled, CompileTrainStep(g, spec));
+  std::printf("%s", compiled.ToText().c_str());
+  auto shared = std::make_shared<const CompiledTrainStep>(std::move(compiled));
+  // On every rank: its parts of the initial params, then one Step per batch.
+  MF_ASSIGN_OR_RETURN(TrainStepRunner runner, TrainStepRunner::Create(shared, std::move(my_params)));
+  MF_ASSIGN_OR_RETURN(double loss_value, runner.Step(batch, comms));
+  *out = loss_value;
+  return Status::Ok();
+}
+
+TEST(TrainDocTest, CompiledStepExample) {
+  auto world = ThreadWorld::Create(2);
+  ASSERT_TRUE(world.ok());
+  const DeviceMesh mesh = *DeviceMesh::Create({2}, {"dp"});
+  std::vector<double> losses(2, -1);
+  const Status st = (*world)->Run([&](Communicator& comm) -> Status {
+    MF_ASSIGN_OR_RETURN(MeshComms comms, MeshComms::Create(comm, mesh));
+    const int rank = comm.world_rank();
+    // x [4,3] (batch-sharded) -> matmul w1 [3,5] -> tanh -> matmul w2 [5,2]; sq = square.
+    Graph g(mesh);
+    MF_ASSIGN_OR_RETURN(ValueId x, g.Input("x", {4, 3}, DType::kF32));
+    MF_ASSIGN_OR_RETURN(ValueId w1, g.Param("w1", {3, 5}, DType::kF32));
+    MF_ASSIGN_OR_RETURN(ValueId w2, g.Param("w2", {5, 2}, DType::kF32));
+    MF_RETURN_IF_ERROR(g.Annotate(x, "S(0)"));
+    MF_RETURN_IF_ERROR(g.Annotate(w1, "R"));
+    MF_RETURN_IF_ERROR(g.Annotate(w2, "R"));
+    MF_ASSIGN_OR_RETURN(ValueId h, g.Apply(OpSpec::Matmul(), {x, w1}));
+    MF_ASSIGN_OR_RETURN(ValueId a, g.Apply(OpSpec::Unary(UnaryOp::kTanh), {h}));
+    MF_ASSIGN_OR_RETURN(ValueId y, g.Apply(OpSpec::Matmul(), {a, w2}));
+    MF_ASSIGN_OR_RETURN(ValueId sq, g.Apply(OpSpec::Binary(BinaryOp::kMul), {y, y}));
+    Tensor x0 = Tensor::Zeros(DType::kF32, {4, 3}), a0 = Tensor::Zeros(DType::kF32, {3, 5}),
+           b0 = Tensor::Zeros(DType::kF32, {5, 2});
+    for (int64_t i = 0; i < 12; ++i) x0.SetFromDouble(i, 0.1 * static_cast<double>(i) - 0.5);
+    for (int64_t i = 0; i < 15; ++i) a0.SetFromDouble(i, 0.05 * static_cast<double>(i % 7) - 0.1);
+    for (int64_t i = 0; i < 10; ++i) b0.SetFromDouble(i, 0.1 * static_cast<double>(i % 4) - 0.15);
+    const Layout rl1 = *Layout::Create({3, 5}, mesh, {Replicate{}}), rl2 = *Layout::Create({5, 2}, mesh, {Replicate{}});
+    std::vector<DTensor> params = {*Distribute(a0, rl1, rank), *Distribute(b0, rl2, rank)};
+    std::vector<DTensor> batch = {*Distribute(x0, *Layout::Create({4, 3}, mesh, {Shard{0}}), rank)};
+    return CompiledStepExample(g, sq, w1, w2, std::move(params), batch, comms, &losses[static_cast<size_t>(rank)]);
+  });
+  ASSERT_TRUE(st.ok()) << st;
+  EXPECT_GT(losses[0], 0);
+  EXPECT_EQ(losses[0], losses[1]);
 }
 
 // train/checkpointer.h

@@ -1,0 +1,442 @@
+#include "meshflow/train/compiled_step.h"
+
+#include <cmath>
+#include <set>
+#include <utility>
+#include <variant>
+
+#include "meshflow/ops/graph_autodiff.h"
+#include "meshflow/ops/op_spec.h"
+
+namespace meshflow {
+namespace {
+
+// The per-step scalars (StepInput::index of a kScalar input).
+enum ScalarKind : int {
+  kAdamDecay = 0,     // 1 - lr * weight_decay
+  kAdamStepSize = 1,  // lr / (1 - beta1^t)
+  kAdamBc2Sqrt = 2,   // sqrt(1 - beta2^t)
+  kSgdLr = 3,
+  kSgdBufDecay = 4,   // 0 at t = 1, else momentum
+  kSgdGradScale = 5,  // 1 at t = 1, else 1 - dampening
+};
+
+const char* ScalarName(int kind) {
+  switch (kind) {
+    case kAdamDecay: return "adamw.decay";
+    case kAdamStepSize: return "adamw.step_size";
+    case kAdamBc2Sqrt: return "adamw.bc2_sqrt";
+    case kSgdLr: return "sgd.lr";
+    case kSgdBufDecay: return "sgd.buf_decay";
+    default: return "sgd.grad_scale";
+  }
+}
+
+double ScalarValue(int kind, const OptimizerOptions& options, double lr, int64_t t) {
+  if (const AdamWOptions* a = std::get_if<AdamWOptions>(&options)) {
+    switch (kind) {
+      case kAdamDecay: return 1 - lr * a->weight_decay;
+      case kAdamStepSize: return lr / (1 - std::pow(a->beta1, static_cast<double>(t)));
+      default: return std::sqrt(1 - std::pow(a->beta2, static_cast<double>(t)));
+    }
+  }
+  const SgdOptions& s = std::get<SgdOptions>(options);
+  switch (kind) {
+    case kSgdLr: return lr;
+    case kSgdBufDecay: return t == 1 ? 0.0 : s.momentum;
+    default: return t == 1 ? 1.0 : 1 - s.dampening;
+  }
+}
+
+std::string Name(const Graph& g, ValueId v) { return "'" + g.value(v).name + "'"; }
+
+// The values the loss depends on (itself included).
+std::vector<bool> Ancestors(const Graph& g, ValueId loss) {
+  std::vector<bool> seen(g.values().size(), false);
+  std::vector<ValueId> stack = {loss};
+  seen[static_cast<size_t>(loss)] = true;
+  while (!stack.empty()) {
+    const ValueId v = stack.back();
+    stack.pop_back();
+    const int producer = g.value(v).producer;
+    if (producer < 0) continue;
+    for (ValueId u : g.nodes()[static_cast<size_t>(producer)].operands) {
+      if (!seen[static_cast<size_t>(u)]) {
+        seen[static_cast<size_t>(u)] = true;
+        stack.push_back(u);
+      }
+    }
+  }
+  return seen;
+}
+
+// Appends the update ops of one param; returns its new value and new state values.
+struct Update {
+  ValueId param;
+  std::vector<ValueId> state;
+};
+
+class UpdateBuilder {
+ public:
+  UpdateBuilder(Graph& g, const OptimizerOptions& options) : g_(g), options_(options) {}
+
+  StatusOr<ValueId> Scalar(int kind, DType dtype) {
+    const int slot = dtype == DType::kF64 ? 1 : 0;
+    for (const auto& [k, s, v] : scalars_) {
+      if (k == kind && s == slot) return v;
+    }
+    const std::string name = std::string(ScalarName(kind)) + (slot == 1 ? "_f64" : "");
+    MF_ASSIGN_OR_RETURN(ValueId v, g_.Input(name, {}, dtype));
+    MF_RETURN_IF_ERROR(g_.Annotate(v, Placements(static_cast<size_t>(g_.mesh().ndim()), Replicate{})));
+    scalars_.push_back({kind, slot, v});
+    return v;
+  }
+  // The layout of the update's values (the state layout of the param being updated).
+  void set_layout(Layout layout) { layout_ = std::move(layout); }
+  StatusOr<ValueId> Pinned(const OpSpec& op, std::vector<ValueId> operands, std::string name = "") {
+    MF_ASSIGN_OR_RETURN(ValueId v, g_.Apply(op, std::move(operands), std::move(name)));
+    MF_RETURN_IF_ERROR(g_.Annotate(v, *layout_));
+    return v;
+  }
+  StatusOr<ValueId> Bin(BinaryOp op, ValueId a, ValueId b, std::string name = "") {
+    return Pinned(OpSpec::Binary(op), {a, b}, std::move(name));
+  }
+  StatusOr<ValueId> Un(UnaryOp op, ValueId x, double alpha = 1.0) { return Pinned(OpSpec::Unary(op, alpha), {x}); }
+
+  // The formulas of train/optimizer.h, op for op in the order of its elementwise loops.
+  StatusOr<Update> AdamW(ValueId p, ValueId g, ValueId m, ValueId v, const std::string& name) {
+    const AdamWOptions& o = std::get<AdamWOptions>(options_);
+    const DType t = g_.value(p).dtype;
+    MF_ASSIGN_OR_RETURN(ValueId decay, Scalar(kAdamDecay, t));
+    MF_ASSIGN_OR_RETURN(ValueId step_size, Scalar(kAdamStepSize, t));
+    MF_ASSIGN_OR_RETURN(ValueId bc2_sqrt, Scalar(kAdamBc2Sqrt, t));
+    MF_ASSIGN_OR_RETURN(ValueId pd, Bin(BinaryOp::kMul, p, decay));                   // p * decay
+    MF_ASSIGN_OR_RETURN(ValueId m1, Un(UnaryOp::kScale, m, o.beta1));                 // beta1 * m
+    MF_ASSIGN_OR_RETURN(ValueId g1, Un(UnaryOp::kScale, g, 1 - o.beta1));             // (1 - beta1) * g
+    MF_ASSIGN_OR_RETURN(ValueId m_new, Bin(BinaryOp::kAdd, m1, g1, name + ".exp_avg.new"));
+    MF_ASSIGN_OR_RETURN(ValueId v1, Un(UnaryOp::kScale, v, o.beta2));                 // beta2 * v
+    MF_ASSIGN_OR_RETURN(ValueId g2, Un(UnaryOp::kScale, g, 1 - o.beta2));             // (1 - beta2) * g
+    MF_ASSIGN_OR_RETURN(ValueId g2g, Bin(BinaryOp::kMul, g2, g));                     // ... * g
+    MF_ASSIGN_OR_RETURN(ValueId v_new, Bin(BinaryOp::kAdd, v1, g2g, name + ".exp_avg_sq.new"));
+    MF_ASSIGN_OR_RETURN(ValueId sq, Un(UnaryOp::kSqrt, v_new));
+    MF_ASSIGN_OR_RETURN(ValueId sq_bc, Bin(BinaryOp::kDiv, sq, bc2_sqrt));           // sqrt(v) / sqrt(bc2)
+    MF_ASSIGN_OR_RETURN(ValueId denom, Un(UnaryOp::kAddScalar, sq_bc, o.eps));        // ... + eps
+    MF_ASSIGN_OR_RETURN(ValueId ratio, Bin(BinaryOp::kDiv, m_new, denom));            // m / denom
+    MF_ASSIGN_OR_RETURN(ValueId upd, Bin(BinaryOp::kMul, step_size, ratio));          // step_size * (...)
+    MF_ASSIGN_OR_RETURN(ValueId p_new, g_.Apply(OpSpec::Binary(BinaryOp::kSub), {pd, upd}, name + ".new"));
+    return Update{p_new, {m_new, v_new}};
+  }
+
+  StatusOr<Update> Sgd(ValueId p, ValueId g, std::optional<ValueId> buf, const std::string& name) {
+    const SgdOptions& o = std::get<SgdOptions>(options_);
+    const DType t = g_.value(p).dtype;
+    ValueId d = g;
+    if (o.weight_decay != 0) {
+      MF_ASSIGN_OR_RETURN(ValueId wp, Un(UnaryOp::kScale, p, o.weight_decay));       // wd * p
+      MF_ASSIGN_OR_RETURN(d, Bin(BinaryOp::kAdd, g, wp));                             // g + wd * p
+    }
+    std::vector<ValueId> state;
+    if (buf.has_value()) {
+      MF_ASSIGN_OR_RETURN(ValueId bd, Scalar(kSgdBufDecay, t));
+      MF_ASSIGN_OR_RETURN(ValueId gs, Scalar(kSgdGradScale, t));
+      MF_ASSIGN_OR_RETURN(ValueId b1, Bin(BinaryOp::kMul, bd, *buf));                 // momentum * buf
+      MF_ASSIGN_OR_RETURN(ValueId d1, Bin(BinaryOp::kMul, gs, d));                    // (1 - dampening) * d
+      MF_ASSIGN_OR_RETURN(ValueId b_new,
+                          Bin(BinaryOp::kAdd, b1, d1, name + ".momentum_buffer.new"));
+      state.push_back(b_new);
+      if (o.momentum_kind == MomentumKind::kNesterov) {
+        MF_ASSIGN_OR_RETURN(ValueId mb, Un(UnaryOp::kScale, b_new, o.momentum));      // momentum * buf
+        MF_ASSIGN_OR_RETURN(d, Bin(BinaryOp::kAdd, d, mb));
+      } else {
+        d = b_new;
+      }
+    }
+    MF_ASSIGN_OR_RETURN(ValueId lr, Scalar(kSgdLr, t));
+    MF_ASSIGN_OR_RETURN(ValueId step, Bin(BinaryOp::kMul, lr, d));                    // lr * d
+    MF_ASSIGN_OR_RETURN(ValueId p_new, g_.Apply(OpSpec::Binary(BinaryOp::kSub), {p, step}, name + ".new"));
+    return Update{p_new, std::move(state)};
+  }
+
+  // kind, slot, value of every scalar input made so far.
+  struct ScalarInput {
+    int kind;
+    int slot;
+    ValueId value;
+  };
+  const std::vector<ScalarInput>& scalars() const { return scalars_; }
+
+ private:
+  Graph& g_;
+  const OptimizerOptions& options_;
+  std::optional<Layout> layout_;
+  std::vector<ScalarInput> scalars_;
+};
+
+std::vector<std::string> StateNames(const OptimizerOptions& options) {
+  if (std::holds_alternative<AdamWOptions>(options)) return {"exp_avg", "exp_avg_sq"};
+  return std::get<SgdOptions>(options).momentum != 0 ? std::vector<std::string>{"momentum_buffer"}
+                                                      : std::vector<std::string>{};
+}
+
+int64_t LocalBytes(const DTensor& d) { return d.local().NumElements() * DTypeSize(d.dtype()); }
+
+}  // namespace
+
+StatusOr<CompiledTrainStep> CompileTrainStep(Graph graph, const TrainStepSpec& spec, const PropagationOptions& options) {
+  const std::string what = "compile train step: ";
+  if (spec.params.empty()) return InvalidArgumentError(what + "no params to train");
+  MF_RETURN_IF_ERROR(ValidateOptions(spec.optimizer).WithContext(what + "optimizer"));
+  const auto n_values = static_cast<ValueId>(graph.values().size());
+  if (spec.loss < 0 || spec.loss >= n_values) {
+    return InvalidArgumentError(what + "loss id " + std::to_string(spec.loss) + " is not a value of the graph");
+  }
+  if (!spec.state_layouts.empty() && spec.state_layouts.size() != spec.params.size()) {
+    return InvalidArgumentError(what + std::to_string(spec.state_layouts.size()) + " state layouts for " +
+                                std::to_string(spec.params.size()) + " params (give none or one per param)");
+  }
+  const std::vector<bool> reaches = Ancestors(graph, spec.loss);
+  std::set<ValueId> seen;
+  std::vector<Layout> state_layouts;
+  for (size_t i = 0; i < spec.params.size(); ++i) {
+    const ValueId p = spec.params[i];
+    if (p < 0 || p >= n_values || graph.value(p).kind != ValueKind::kParam) {
+      return InvalidArgumentError(what + "params[" + std::to_string(i) + "] (id " + std::to_string(p) +
+                                  ") is not a param of the graph");
+    }
+    if (!seen.insert(p).second) return InvalidArgumentError(what + "param " + Name(graph, p) + " is listed twice");
+    const std::optional<Layout>& ann = graph.annotation(p);
+    if (!ann.has_value()) {
+      return InvalidArgumentError(what + "param " + Name(graph, p) +
+                                  " has no layout annotation (annotate every trained param: its layout is the plan)");
+    }
+    if (ann->HasPartial()) {
+      return InvalidArgumentError(what + "param " + Name(graph, p) + " is annotated " + ann->PlacementsString() +
+                                  "; a param cannot be Partial");
+    }
+    if (graph.value(p).dtype == DType::kBF16) {
+      return UnimplementedError(what + "param " + Name(graph, p) +
+                                " is bf16: master weights are not in the compiled step yet (use train/optimizer.h)");
+    }
+    if (!reaches[static_cast<size_t>(p)]) {
+      return InvalidArgumentError(what + "the loss " + Name(graph, spec.loss) + " does not depend on param " +
+                                  Name(graph, p) + " (it would get no gradient; leave it out of params)");
+    }
+    Layout state = *ann;
+    if (!spec.state_layouts.empty() && spec.state_layouts[i].has_value()) {
+      const Layout& s = *spec.state_layouts[i];
+      if (s.global_shape() != ann->global_shape() || !(s.mesh() == ann->mesh())) {
+        return InvalidArgumentError(what + "state layout " + s.ToString() + " of param " + Name(graph, p) +
+                                    " does not match the param's " + ann->ToString());
+      }
+      if (s.HasPartial()) {
+        return InvalidArgumentError(what + "state layout " + s.PlacementsString() + " of param " + Name(graph, p) +
+                                    " has a Partial placement");
+      }
+      state = s;
+    }
+    state_layouts.push_back(std::move(state));
+  }
+  if (const std::optional<Layout>& la = graph.annotation(spec.loss); la.has_value() && !la->IsFullyReplicated()) {
+    return InvalidArgumentError(what + "the loss " + Name(graph, spec.loss) + " is annotated " +
+                                la->PlacementsString() + "; the step returns a replicated loss");
+  }
+
+  StatusOr<std::vector<ValueId>> appended = AppendBackward(graph, spec.loss, spec.params);
+  if (!appended.ok()) return appended.status().WithContext(what + "backward");
+  const std::vector<ValueId> grads = std::move(*appended);
+  // Every field of the result but the program (compiled last, from the finished graph).
+  struct {
+    std::vector<std::vector<ValueId>> states;
+    std::vector<ValueId> batch_inputs;
+    std::vector<StepInput> inputs;
+    int loss_output = -1;
+    std::vector<int> param_outputs;
+    std::vector<std::vector<int>> state_outputs;
+    std::vector<ValueId> params;
+  } out;
+  out.params = spec.params;
+  const std::vector<std::string> state_names = StateNames(spec.optimizer);
+  UpdateBuilder b(graph, spec.optimizer);
+  std::vector<Update> updates;
+  for (size_t i = 0; i < spec.params.size(); ++i) {
+    const ValueId p = spec.params[i];
+    const Value pv = graph.value(p);
+    std::vector<ValueId> states;
+    for (const std::string& sn : state_names) {
+      StatusOr<ValueId> s = graph.Input(pv.name + "." + sn, pv.shape, pv.dtype);
+      if (!s.ok()) return s.status().WithContext(what + "state of param " + Name(graph, p));
+      MF_RETURN_IF_ERROR(graph.Annotate(*s, state_layouts[i]));
+      states.push_back(*s);
+    }
+    b.set_layout(state_layouts[i]);
+    StatusOr<Update> u = std::holds_alternative<AdamWOptions>(spec.optimizer)
+                             ? b.AdamW(p, grads[i], states[0], states[1], pv.name)
+                             : b.Sgd(p, grads[i], states.empty() ? std::nullopt : std::optional<ValueId>(states[0]),
+                                     pv.name);
+    if (!u.ok()) return u.status().WithContext(what + "update of param " + Name(graph, p));
+    out.states.push_back(std::move(states));
+    updates.push_back(std::move(*u));
+  }
+  // Outputs: the loss, then each param's new value and new state in their input layouts.
+  const Placements replicated(static_cast<size_t>(graph.mesh().ndim()), Replicate{});
+  if (!graph.annotation(spec.loss).has_value()) MF_RETURN_IF_ERROR(graph.Annotate(spec.loss, replicated));
+  auto output_index = [&](ValueId v) -> StatusOr<int> {
+    for (size_t k = 0; k < graph.outputs().size(); ++k) {
+      if (graph.outputs()[k] == v) return static_cast<int>(k);
+    }
+    MF_RETURN_IF_ERROR(graph.MarkOutput(v));
+    return static_cast<int>(graph.outputs().size()) - 1;
+  };
+  MF_ASSIGN_OR_RETURN(out.loss_output, output_index(spec.loss));
+  for (size_t i = 0; i < updates.size(); ++i) {
+    MF_RETURN_IF_ERROR(graph.Annotate(updates[i].param, *graph.annotation(spec.params[i])));
+    MF_ASSIGN_OR_RETURN(int po, output_index(updates[i].param));
+    out.param_outputs.push_back(po);
+    std::vector<int> so;
+    for (ValueId s : updates[i].state) {
+      MF_RETURN_IF_ERROR(graph.Annotate(s, state_layouts[i]));
+      MF_ASSIGN_OR_RETURN(int k, output_index(s));
+      so.push_back(k);
+    }
+    out.state_outputs.push_back(std::move(so));
+  }
+  // What each graph input is.
+  for (ValueId v : graph.inputs()) {
+    StepInput in;
+    bool found = false;
+    for (size_t i = 0; i < out.params.size() && !found; ++i) {
+      if (out.params[i] == v) {
+        in = {StepInput::Kind::kParam, static_cast<int>(i), 0};
+        found = true;
+      }
+      for (size_t k = 0; k < out.states[i].size() && !found; ++k) {
+        if (out.states[i][k] == v) {
+          in = {StepInput::Kind::kState, static_cast<int>(i), static_cast<int>(k)};
+          found = true;
+        }
+      }
+    }
+    for (const auto& s : b.scalars()) {
+      if (!found && s.value == v) {
+        in = {StepInput::Kind::kScalar, s.kind, s.slot};
+        found = true;
+      }
+    }
+    if (!found) {
+      in = {StepInput::Kind::kBatch, static_cast<int>(out.batch_inputs.size()), 0};
+      out.batch_inputs.push_back(v);
+    }
+    out.inputs.push_back(in);
+  }
+  StatusOr<Program> program = Compile(graph, options);
+  if (!program.ok()) return program.status().WithContext(what + "compile");
+  return CompiledTrainStep{std::move(*program), spec.optimizer,  spec.params,       std::move(out.states),
+                           grads,               std::move(out.batch_inputs), std::move(out.inputs),
+                           out.loss_output,     std::move(out.param_outputs), std::move(out.state_outputs)};
+}
+
+std::string CompiledTrainStep::ToText() const { return ProgramToText(program) + MemoryReportToText(ReportMemory(program)); }
+
+StatusOr<TrainStepRunner> TrainStepRunner::Create(std::shared_ptr<const CompiledTrainStep> step,
+                                                  std::vector<DTensor> params) {
+  if (step == nullptr) return InvalidArgumentError("train step runner: null compiled step");
+  const Graph& g = step->program.graph;
+  if (params.size() != step->params.size()) {
+    return InvalidArgumentError("train step runner: " + std::to_string(params.size()) + " params, the step trains " +
+                                std::to_string(step->params.size()));
+  }
+  // The layout each graph input has in the program.
+  auto layout_of = [&](ValueId v) -> const Layout& {
+    for (size_t k = 0; k < g.inputs().size(); ++k) {
+      if (g.inputs()[k] == v) return step->program.input_layouts[k];
+    }
+    return step->program.input_layouts[0];  // unreachable: params and states are inputs
+  };
+  std::vector<std::vector<DTensor>> state;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const ValueId p = step->params[i];
+    const Layout& want = layout_of(p);
+    if (!(params[i].layout() == want) || params[i].dtype() != g.value(p).dtype) {
+      return InvalidArgumentError("train step runner: param '" + g.value(p).name + "' is " +
+                                  std::string(DTypeName(params[i].dtype())) + " " + params[i].layout().ToString() +
+                                  ", the step wants " + std::string(DTypeName(g.value(p).dtype)) + " " + want.ToString());
+    }
+    std::vector<DTensor> s;
+    for (ValueId sv : step->states[i]) {
+      const Layout& sl = layout_of(sv);
+      MF_ASSIGN_OR_RETURN(Box box, sl.LocalBox(params[i].rank()));
+      MF_ASSIGN_OR_RETURN(DTensor z, DTensor::FromLocal(Tensor::Zeros(g.value(sv).dtype, box.shape), sl, params[i].rank()));
+      s.push_back(std::move(z));
+    }
+    state.push_back(std::move(s));
+  }
+  const double lr = std::visit([](const auto& o) { return o.lr; }, step->optimizer);
+  return TrainStepRunner(std::move(step), std::move(params), std::move(state), lr);
+}
+
+Status TrainStepRunner::set_lr(double lr) {
+  if (!std::isfinite(lr) || lr < 0) {
+    return InvalidArgumentError("train step runner: lr " + std::to_string(lr) + " must be finite and >= 0");
+  }
+  lr_ = lr;
+  return Status::Ok();
+}
+
+StatusOr<double> TrainStepRunner::Step(std::span<const DTensor> batch, MeshComms& comms) {
+  const CompiledTrainStep& s = *step_;
+  const Graph& g = s.program.graph;
+  if (batch.size() != s.batch_inputs.size()) {
+    std::string names;
+    for (ValueId v : s.batch_inputs) names += (names.empty() ? "" : ", ") + g.value(v).name;
+    return InvalidArgumentError("train step: " + std::to_string(batch.size()) + " batch tensors, the step takes " +
+                                std::to_string(s.batch_inputs.size()) + " (" + names + ")");
+  }
+  const int64_t t = step_count_ + 1;
+  const int rank = comms.world_rank();
+  std::vector<DTensor> scalars;
+  scalars.reserve(s.inputs.size());
+  std::vector<const DTensor*> inputs;
+  for (size_t k = 0; k < s.inputs.size(); ++k) {
+    const StepInput& in = s.inputs[k];
+    switch (in.kind) {
+      case StepInput::Kind::kBatch: inputs.push_back(&batch[static_cast<size_t>(in.index)]); break;
+      case StepInput::Kind::kParam: inputs.push_back(&params_[static_cast<size_t>(in.index)]); break;
+      case StepInput::Kind::kState:
+        inputs.push_back(&state_[static_cast<size_t>(in.index)][static_cast<size_t>(in.slot)]);
+        break;
+      case StepInput::Kind::kScalar: {
+        const DType dtype = in.slot == 1 ? DType::kF64 : DType::kF32;
+        Tensor v = Tensor::Zeros(dtype, {});
+        v.SetFromDouble(0, ScalarValue(in.index, s.optimizer, lr_, t));
+        MF_ASSIGN_OR_RETURN(DTensor d, DTensor::FromLocal(std::move(v), s.program.input_layouts[k], rank));
+        scalars.push_back(std::move(d));  // reserved: pointers stay valid
+        inputs.push_back(&scalars.back());
+        break;
+      }
+    }
+  }
+  MF_ASSIGN_OR_RETURN(std::vector<DTensor> outs, ExecuteBorrowed(s.program, comms, inputs));
+  const double loss = outs[static_cast<size_t>(s.loss_output)].local().GetAsDouble(0);
+  for (size_t i = 0; i < params_.size(); ++i) {
+    params_[i] = std::move(outs[static_cast<size_t>(s.param_outputs[i])]);
+    for (size_t k = 0; k < state_[i].size(); ++k) state_[i][k] = std::move(outs[static_cast<size_t>(s.state_outputs[i][k])]);
+  }
+  ++step_count_;
+  return loss;
+}
+
+OptimizerBytes TrainStepRunner::BytesPerRank() const {
+  OptimizerBytes b;
+  const Program& p = step_->program;
+  const int rank = params_.empty() ? 0 : params_[0].rank();
+  for (size_t i = 0; i < params_.size(); ++i) {
+    b.params += LocalBytes(params_[i]);
+    for (const DTensor& s : state_[i]) b.optimizer += LocalBytes(s);
+    const ValueId d = step_->grads[i];
+    StatusOr<Box> box = p.propagation.values[static_cast<size_t>(d)].LocalBox(rank);
+    if (box.ok()) b.grads += box->NumElements() * DTypeSize(p.graph.value(d).dtype);
+  }
+  return b;
+}
+
+}  // namespace meshflow
