@@ -130,7 +130,7 @@ struct MemoryReport {
   friend bool operator==(const MemoryReport&, const MemoryReport&) = default;
 };
 MemoryReport ReportMemory(const Program& program);
-// "peak live bytes per rank: max 4480 [4480,4480,4096,4096]\n"
+// "peak live bytes per rank: max 464 [464,464]\n"
 std::string MemoryReportToText(const MemoryReport& report);
 
 // Every step, then the cost report (see the file comment).
