@@ -149,6 +149,17 @@ std::vector<std::vector<int>> Graph::Consumers() const {
   return out;
 }
 
+std::vector<bool> Graph::DependedOnBy(std::span<const ValueId> roots) const {
+  std::vector<bool> needed(values_.size(), false);
+  for (ValueId v : roots) needed[static_cast<size_t>(v)] = true;
+  // Nodes are in topological order: one reverse sweep reaches every ancestor.
+  for (size_t n = nodes_.size(); n-- > 0;) {
+    if (!needed[static_cast<size_t>(nodes_[n].result)]) continue;
+    for (ValueId v : nodes_[n].operands) needed[static_cast<size_t>(v)] = true;
+  }
+  return needed;
+}
+
 std::string Graph::TypeString(ValueId v) const {
   return std::string(DTypeName(value(v).dtype)) + ListString(value(v).shape);
 }

@@ -31,6 +31,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -101,6 +102,8 @@ class Graph {
   StatusOr<ValueId> Find(std::string_view name) const;
   // The nodes consuming each value, in node order.
   std::vector<std::vector<int>> Consumers() const;
+  // Per value: whether any of `roots` depends on it (the roots included). Precondition: valid ids.
+  std::vector<bool> DependedOnBy(std::span<const ValueId> roots) const;
 
   // "f32[4,6,8]"
   std::string TypeString(ValueId v) const;

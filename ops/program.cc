@@ -94,13 +94,7 @@ StatusOr<Program> Compile(const Graph& graph, const PropagationOptions& options)
   }
   // Nodes no output depends on are dead code (e.g. the gradient of a graph input that a VJP
   // computes with the gradients of the params): no step runs them.
-  std::vector<bool> live(graph.values().size(), false);
-  for (ValueId v : graph.outputs()) live[static_cast<size_t>(v)] = true;
-  for (size_t n = graph.nodes().size(); n-- > 0;) {
-    const Node& node = graph.nodes()[n];
-    if (!live[static_cast<size_t>(node.result)]) continue;
-    for (ValueId v : node.operands) live[static_cast<size_t>(v)] = true;
-  }
+  const std::vector<bool> live = graph.DependedOnBy(graph.outputs());
   for (size_t n = 0; n < graph.nodes().size(); ++n) {
     const Node& node = graph.nodes()[n];
     const NodeSharding& ns = prop.nodes[n];

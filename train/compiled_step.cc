@@ -1,6 +1,7 @@
 #include "meshflow/train/compiled_step.h"
 
 #include <cmath>
+#include <optional>
 #include <set>
 #include <utility>
 #include <variant>
@@ -49,26 +50,6 @@ double ScalarValue(int kind, const OptimizerOptions& options, double lr, int64_t
 }
 
 std::string Name(const Graph& g, ValueId v) { return "'" + g.value(v).name + "'"; }
-
-// The values the loss depends on (itself included).
-std::vector<bool> Ancestors(const Graph& g, ValueId loss) {
-  std::vector<bool> seen(g.values().size(), false);
-  std::vector<ValueId> stack = {loss};
-  seen[static_cast<size_t>(loss)] = true;
-  while (!stack.empty()) {
-    const ValueId v = stack.back();
-    stack.pop_back();
-    const int producer = g.value(v).producer;
-    if (producer < 0) continue;
-    for (ValueId u : g.nodes()[static_cast<size_t>(producer)].operands) {
-      if (!seen[static_cast<size_t>(u)]) {
-        seen[static_cast<size_t>(u)] = true;
-        stack.push_back(u);
-      }
-    }
-  }
-  return seen;
-}
 
 // Appends the update ops of one param; returns its new value and new state values.
 struct Update {
@@ -194,7 +175,8 @@ StatusOr<CompiledTrainStep> CompileTrainStep(Graph graph, const TrainStepSpec& s
     return InvalidArgumentError(what + std::to_string(spec.state_layouts.size()) + " state layouts for " +
                                 std::to_string(spec.params.size()) + " params (give none or one per param)");
   }
-  const std::vector<bool> reaches = Ancestors(graph, spec.loss);
+  const ValueId loss_root[] = {spec.loss};
+  const std::vector<bool> reaches = graph.DependedOnBy(loss_root);
   std::set<ValueId> seen;
   std::vector<Layout> state_layouts;
   for (size_t i = 0; i < spec.params.size(); ++i) {
@@ -244,39 +226,38 @@ StatusOr<CompiledTrainStep> CompileTrainStep(Graph graph, const TrainStepSpec& s
   StatusOr<std::vector<ValueId>> appended = AppendBackward(graph, spec.loss, spec.params);
   if (!appended.ok()) return appended.status().WithContext(what + "backward");
   const std::vector<ValueId> grads = std::move(*appended);
-  // Every field of the result but the program (compiled last, from the finished graph).
-  struct {
-    std::vector<std::vector<ValueId>> states;
-    std::vector<ValueId> batch_inputs;
-    std::vector<StepInput> inputs;
-    int loss_output = -1;
-    std::vector<int> param_outputs;
-    std::vector<std::vector<int>> state_outputs;
-    std::vector<ValueId> params;
-  } out;
-  out.params = spec.params;
   const std::vector<std::string> state_names = StateNames(spec.optimizer);
   UpdateBuilder b(graph, spec.optimizer);
+  std::vector<std::vector<ValueId>> states;
   std::vector<Update> updates;
   for (size_t i = 0; i < spec.params.size(); ++i) {
     const ValueId p = spec.params[i];
     const Value pv = graph.value(p);
-    std::vector<ValueId> states;
+    std::vector<ValueId> s_in;
     for (const std::string& sn : state_names) {
       StatusOr<ValueId> s = graph.Input(pv.name + "." + sn, pv.shape, pv.dtype);
       if (!s.ok()) return s.status().WithContext(what + "state of param " + Name(graph, p));
       MF_RETURN_IF_ERROR(graph.Annotate(*s, state_layouts[i]));
-      states.push_back(*s);
+      s_in.push_back(*s);
     }
     b.set_layout(state_layouts[i]);
     StatusOr<Update> u = std::holds_alternative<AdamWOptions>(spec.optimizer)
-                             ? b.AdamW(p, grads[i], states[0], states[1], pv.name)
-                             : b.Sgd(p, grads[i], states.empty() ? std::nullopt : std::optional<ValueId>(states[0]),
+                             ? b.AdamW(p, grads[i], s_in[0], s_in[1], pv.name)
+                             : b.Sgd(p, grads[i], s_in.empty() ? std::nullopt : std::optional<ValueId>(s_in[0]),
                                      pv.name);
     if (!u.ok()) return u.status().WithContext(what + "update of param " + Name(graph, p));
-    out.states.push_back(std::move(states));
+    states.push_back(std::move(s_in));
     updates.push_back(std::move(*u));
   }
+  // What each graph input is: a param, a state tensor, a scalar, else a batch tensor.
+  std::vector<std::optional<StepInput>> role(graph.values().size());
+  for (size_t i = 0; i < spec.params.size(); ++i) {
+    role[static_cast<size_t>(spec.params[i])] = StepInput{StepInput::Kind::kParam, static_cast<int>(i), 0};
+    for (size_t k = 0; k < states[i].size(); ++k) {
+      role[static_cast<size_t>(states[i][k])] = StepInput{StepInput::Kind::kState, static_cast<int>(i), static_cast<int>(k)};
+    }
+  }
+  for (const auto& s : b.scalars()) role[static_cast<size_t>(s.value)] = StepInput{StepInput::Kind::kScalar, s.kind, s.slot};
   // Outputs: the loss, then each param's new value and new state in their input layouts.
   const Placements replicated(static_cast<size_t>(graph.mesh().ndim()), Replicate{});
   if (!graph.annotation(spec.loss).has_value()) MF_RETURN_IF_ERROR(graph.Annotate(spec.loss, replicated));
@@ -287,52 +268,37 @@ StatusOr<CompiledTrainStep> CompileTrainStep(Graph graph, const TrainStepSpec& s
     MF_RETURN_IF_ERROR(graph.MarkOutput(v));
     return static_cast<int>(graph.outputs().size()) - 1;
   };
-  MF_ASSIGN_OR_RETURN(out.loss_output, output_index(spec.loss));
+  MF_ASSIGN_OR_RETURN(const int loss_output, output_index(spec.loss));
+  std::vector<int> param_outputs;
+  std::vector<std::vector<int>> state_outputs;
   for (size_t i = 0; i < updates.size(); ++i) {
     MF_RETURN_IF_ERROR(graph.Annotate(updates[i].param, *graph.annotation(spec.params[i])));
     MF_ASSIGN_OR_RETURN(int po, output_index(updates[i].param));
-    out.param_outputs.push_back(po);
+    param_outputs.push_back(po);
     std::vector<int> so;
     for (ValueId s : updates[i].state) {
       MF_RETURN_IF_ERROR(graph.Annotate(s, state_layouts[i]));
       MF_ASSIGN_OR_RETURN(int k, output_index(s));
       so.push_back(k);
     }
-    out.state_outputs.push_back(std::move(so));
+    state_outputs.push_back(std::move(so));
   }
-  // What each graph input is.
+  std::vector<ValueId> batch_inputs;
+  std::vector<StepInput> inputs;
   for (ValueId v : graph.inputs()) {
-    StepInput in;
-    bool found = false;
-    for (size_t i = 0; i < out.params.size() && !found; ++i) {
-      if (out.params[i] == v) {
-        in = {StepInput::Kind::kParam, static_cast<int>(i), 0};
-        found = true;
-      }
-      for (size_t k = 0; k < out.states[i].size() && !found; ++k) {
-        if (out.states[i][k] == v) {
-          in = {StepInput::Kind::kState, static_cast<int>(i), static_cast<int>(k)};
-          found = true;
-        }
-      }
+    if (role[static_cast<size_t>(v)].has_value()) {
+      inputs.push_back(*role[static_cast<size_t>(v)]);
+    } else {
+      inputs.push_back({StepInput::Kind::kBatch, static_cast<int>(batch_inputs.size()), 0});
+      batch_inputs.push_back(v);
     }
-    for (const auto& s : b.scalars()) {
-      if (!found && s.value == v) {
-        in = {StepInput::Kind::kScalar, s.kind, s.slot};
-        found = true;
-      }
-    }
-    if (!found) {
-      in = {StepInput::Kind::kBatch, static_cast<int>(out.batch_inputs.size()), 0};
-      out.batch_inputs.push_back(v);
-    }
-    out.inputs.push_back(in);
   }
   StatusOr<Program> program = Compile(graph, options);
   if (!program.ok()) return program.status().WithContext(what + "compile");
-  return CompiledTrainStep{std::move(*program), spec.optimizer,  spec.params,       std::move(out.states),
-                           grads,               std::move(out.batch_inputs), std::move(out.inputs),
-                           out.loss_output,     std::move(out.param_outputs), std::move(out.state_outputs)};
+  return CompiledTrainStep{std::move(*program),  spec.optimizer,         spec.params,
+                           std::move(states),    grads,                  std::move(batch_inputs),
+                           std::move(inputs),    loss_output,            std::move(param_outputs),
+                           std::move(state_outputs)};
 }
 
 std::string CompiledTrainStep::ToText() const { return ProgramToText(program) + MemoryReportToText(ReportMemory(program)); }
@@ -345,27 +311,31 @@ StatusOr<TrainStepRunner> TrainStepRunner::Create(std::shared_ptr<const Compiled
     return InvalidArgumentError("train step runner: " + std::to_string(params.size()) + " params, the step trains " +
                                 std::to_string(step->params.size()));
   }
-  // The layout each graph input has in the program.
-  auto layout_of = [&](ValueId v) -> const Layout& {
-    for (size_t k = 0; k < g.inputs().size(); ++k) {
-      if (g.inputs()[k] == v) return step->program.input_layouts[k];
-    }
-    return step->program.input_layouts[0];  // unreachable: params and states are inputs
-  };
+  // The program's layout of each param and state tensor.
+  std::vector<const Layout*> param_layout(params.size(), nullptr);
+  std::vector<std::vector<const Layout*>> state_layout(params.size());
+  for (size_t i = 0; i < params.size(); ++i) state_layout[i].assign(step->states[i].size(), nullptr);
+  for (size_t k = 0; k < step->inputs.size(); ++k) {
+    const StepInput& in = step->inputs[k];
+    const Layout* l = &step->program.input_layouts[k];
+    if (in.kind == StepInput::Kind::kParam) param_layout[static_cast<size_t>(in.index)] = l;
+    if (in.kind == StepInput::Kind::kState) state_layout[static_cast<size_t>(in.index)][static_cast<size_t>(in.slot)] = l;
+  }
   std::vector<std::vector<DTensor>> state;
   for (size_t i = 0; i < params.size(); ++i) {
     const ValueId p = step->params[i];
-    const Layout& want = layout_of(p);
+    const Layout& want = *param_layout[i];
     if (!(params[i].layout() == want) || params[i].dtype() != g.value(p).dtype) {
       return InvalidArgumentError("train step runner: param '" + g.value(p).name + "' is " +
                                   std::string(DTypeName(params[i].dtype())) + " " + params[i].layout().ToString() +
                                   ", the step wants " + std::string(DTypeName(g.value(p).dtype)) + " " + want.ToString());
     }
     std::vector<DTensor> s;
-    for (ValueId sv : step->states[i]) {
-      const Layout& sl = layout_of(sv);
+    for (size_t k = 0; k < step->states[i].size(); ++k) {
+      const Layout& sl = *state_layout[i][k];
       MF_ASSIGN_OR_RETURN(Box box, sl.LocalBox(params[i].rank()));
-      MF_ASSIGN_OR_RETURN(DTensor z, DTensor::FromLocal(Tensor::Zeros(g.value(sv).dtype, box.shape), sl, params[i].rank()));
+      const DType dtype = g.value(step->states[i][k]).dtype;
+      MF_ASSIGN_OR_RETURN(DTensor z, DTensor::FromLocal(Tensor::Zeros(dtype, box.shape), sl, params[i].rank()));
       s.push_back(std::move(z));
     }
     state.push_back(std::move(s));
