@@ -11,27 +11,38 @@
 namespace meshflow {
 namespace {
 
-// Runs every emitted op at once (RunOp) on the DTensors it holds.
+// Runs every emitted op at once (RunOp). The VJP's inputs (operands, output, seed gradient) are
+// borrowed from the caller, never copied; the values it emits are owned here.
 class EagerBuilder : public GradBuilder {
  public:
   explicit EagerBuilder(MeshComms& comms) : comms_(comms) {}
-  int Add(DTensor v) {
-    values_.push_back(std::move(v));
+  int Borrow(const DTensor& v) {
+    values_.push_back(&v);
+    owned_.push_back(nullptr);
     return static_cast<int>(values_.size()) - 1;
   }
   StatusOr<int> Emit(const OpSpec& op, std::span<const int> operands) override {
     std::vector<const DTensor*> in;
-    for (int v : operands) in.push_back(&values_[static_cast<size_t>(v)]);
+    for (int v : operands) in.push_back(values_[static_cast<size_t>(v)]);
     MF_ASSIGN_OR_RETURN(DTensor out, RunOp(op, in, comms_));
-    return Add(std::move(out));
+    storage_.push_back(std::move(out));
+    values_.push_back(&storage_.back());
+    owned_.push_back(&storage_.back());
+    return static_cast<int>(values_.size()) - 1;
   }
-  std::vector<int64_t> Shape(int v) const override { return values_[static_cast<size_t>(v)].global_shape(); }
-  DTensor Take(int v) { return std::move(values_[static_cast<size_t>(v)]); }
-  const DTensor& Get(int v) const { return values_[static_cast<size_t>(v)]; }
+  std::vector<int64_t> Shape(int v) const override { return values_[static_cast<size_t>(v)]->global_shape(); }
+  // The value: moved out when this builder made it, else a copy of the caller's.
+  DTensor Take(int v) {
+    if (DTensor* own = owned_[static_cast<size_t>(v)]) return std::move(*own);
+    return *values_[static_cast<size_t>(v)];
+  }
+  const DTensor& Get(int v) const { return *values_[static_cast<size_t>(v)]; }
 
  private:
   MeshComms& comms_;
-  std::deque<DTensor> values_;  // stable references
+  std::vector<const DTensor*> values_;  // every handle
+  std::vector<DTensor*> owned_;         // per handle: its storage here, or null (borrowed)
+  std::deque<DTensor> storage_;         // emitted values (stable references)
 };
 
 }  // namespace
@@ -46,7 +57,7 @@ StatusOr<DTensor> ScalarLike(const DTensor& like, double value) {
 
 StatusOr<DTensor> SumTo(const DTensor& x, const std::vector<int64_t>& shape, MeshComms& comms) {
   EagerBuilder b(comms);
-  const int xi = b.Add(x);
+  const int xi = b.Borrow(x);
   MF_ASSIGN_OR_RETURN(int r, SumTo(b, xi, shape));
   return b.Take(r);
 }
@@ -55,9 +66,9 @@ StatusOr<std::vector<std::optional<DTensor>>> Vjp(const OpSpec& op, std::span<co
                                                   const DTensor& output, const DTensor& grad, MeshComms& comms) {
   EagerBuilder b(comms);
   std::vector<int> in;
-  for (const DTensor* x : inputs) in.push_back(b.Add(*x));
-  const int y = b.Add(output);
-  const int g = b.Add(grad);
+  for (const DTensor* x : inputs) in.push_back(b.Borrow(*x));
+  const int y = b.Borrow(output);
+  const int g = b.Borrow(grad);
   MF_ASSIGN_OR_RETURN(std::vector<std::optional<int>> r, Vjp(op, b, in, y, g));
   // A VJP may return one handle for several operands (add: g for both): move a value out only
   // when no other operand gets it too.

@@ -7,6 +7,20 @@
 
 namespace meshflow {
 
+Tensor::Tensor(const Tensor& other) : dtype_(other.dtype_), shape_(other.shape_), bytes_() {
+  bytes_.resize(other.bytes_.size());  // default-initialized: no fill before the copy
+  if (!bytes_.empty()) std::memcpy(bytes_.data(), other.bytes_.data(), bytes_.size());
+}
+
+Tensor& Tensor::operator=(const Tensor& other) {
+  if (this == &other) return *this;
+  dtype_ = other.dtype_;
+  shape_ = other.shape_;
+  bytes_.resize(other.bytes_.size());
+  if (!bytes_.empty()) std::memcpy(bytes_.data(), other.bytes_.data(), bytes_.size());
+  return *this;
+}
+
 int64_t Tensor::NumElements() const {
   int64_t n = 1;
   for (int64_t s : shape_) n *= s;

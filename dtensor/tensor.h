@@ -21,13 +21,15 @@
 #include "meshflow/base/status.h"
 #include "meshflow/dtensor/box.h"
 #include "meshflow/dtensor/dtype.h"
+#include "meshflow/dtensor/host_cache.h"
 
 namespace meshflow {
 
 namespace tensor_internal {
 // std::allocator whose value-initialization (vector::resize, vector(n)) leaves elements
-// default-initialized, i.e. uninitialized bytes (Tensor::Uninitialized). Explicit values
-// (vector(n, v), assign) are still written.
+// default-initialized, i.e. uninitialized bytes (Tensor::Uninitialized), and whose storage comes
+// from the host block cache (dtensor/host_cache.h). Explicit values (vector(n, v), assign) are
+// still written.
 template <typename T>
 struct DefaultInitAllocator : std::allocator<T> {
   using value_type = T;
@@ -46,6 +48,9 @@ struct DefaultInitAllocator : std::allocator<T> {
   void construct(U* p, Args&&... args) {
     std::construct_at(p, std::forward<Args>(args)...);
   }
+  // Storage from the host block cache (dtensor/host_cache.h).
+  T* allocate(size_t n) { return static_cast<T*>(AllocateHostBytes(n * sizeof(T))); }
+  void deallocate(T* p, size_t n) noexcept { DeallocateHostBytes(p, n * sizeof(T)); }
 };
 }  // namespace tensor_internal
 
@@ -57,6 +62,13 @@ using TensorBuffer = std::vector<std::byte, tensor_internal::DefaultInitAllocato
 class Tensor {
  public:
   Tensor() = default;  // an f32 scalar (rank 0, one element) holding 0
+  // Copies are one memcpy of the bytes: TensorBuffer's allocator has a construct() member, so a
+  // defaulted copy would go through vector's element-by-element (here: byte-by-byte) path.
+  Tensor(const Tensor& other);
+  Tensor& operator=(const Tensor& other);
+  Tensor(Tensor&&) noexcept = default;
+  Tensor& operator=(Tensor&&) noexcept = default;
+  ~Tensor() = default;
   // Zero-filled. Precondition: sizes >= 0.
   static Tensor Zeros(DType dtype, std::vector<int64_t> shape);
   // Contents unspecified: for callers that overwrite every byte (e.g. checkpoint loads), to skip

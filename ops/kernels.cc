@@ -3,8 +3,9 @@
 #include <Eigen/Dense>
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <cstring>
+#include <limits>
+#include <span>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -146,68 +147,104 @@ T ApplyBinary(BinaryOp op, T x, T y) {
   return x;
 }
 
-template <typename T>
-Tensor BinaryT(BinaryOp op, const Tensor& a, const Tensor& b, const std::vector<int64_t>& out_shape) {
-  Tensor c = Tensor::Zeros(DTypeOf<T>::value, out_shape);
-  const auto pa = a.data<T>();
-  const auto pb = b.data<T>();
-  auto pc = c.data<T>();
-  ForEachBroadcast(out_shape, BroadcastStrides(a.shape(), out_shape), BroadcastStrides(b.shape(), out_shape),
-                   [&](int64_t i, int64_t oa, int64_t ob) { pc[i] = ApplyBinary(op, pa[oa], pb[ob]); });
+// out = a (op) b with `kOp` fixed at compile time, so the element loops below have no branch
+// and vectorize. Fast paths: both operands of the output's shape, or one of them a single
+// element; otherwise the general broadcast walk. Every element is written (no zero-fill).
+template <BinaryOp kOp, typename T>
+Tensor BinaryFixed(const Tensor& a, const Tensor& b, const std::vector<int64_t>& out_shape) {
+  Tensor c = Tensor::Uninitialized(DTypeOf<T>::value, out_shape);
+  const T* pa = a.data<T>().data();
+  const T* pb = b.data<T>().data();
+  T* pc = c.data<T>().data();
+  const int64_t n = c.NumElements();
+  if (a.shape() == out_shape && b.shape() == out_shape) {
+    for (int64_t i = 0; i < n; ++i) pc[i] = ApplyBinary(kOp, pa[i], pb[i]);
+  } else if (a.shape() == out_shape && b.NumElements() == 1) {
+    const T y = pb[0];
+    for (int64_t i = 0; i < n; ++i) pc[i] = ApplyBinary(kOp, pa[i], y);
+  } else if (b.shape() == out_shape && a.NumElements() == 1) {
+    const T x = pa[0];
+    for (int64_t i = 0; i < n; ++i) pc[i] = ApplyBinary(kOp, x, pb[i]);
+  } else {
+    ForEachBroadcast(out_shape, BroadcastStrides(a.shape(), out_shape), BroadcastStrides(b.shape(), out_shape),
+                     [&](int64_t i, int64_t oa, int64_t ob) { pc[i] = ApplyBinary(kOp, pa[oa], pb[ob]); });
+  }
   return c;
 }
 
 template <typename T>
+Tensor BinaryT(BinaryOp op, const Tensor& a, const Tensor& b, const std::vector<int64_t>& out_shape) {
+  switch (op) {
+    case BinaryOp::kAdd: return BinaryFixed<BinaryOp::kAdd, T>(a, b, out_shape);
+    case BinaryOp::kSub: return BinaryFixed<BinaryOp::kSub, T>(a, b, out_shape);
+    case BinaryOp::kMul: return BinaryFixed<BinaryOp::kMul, T>(a, b, out_shape);
+    case BinaryOp::kDiv: return BinaryFixed<BinaryOp::kDiv, T>(a, b, out_shape);
+  }
+  return BinaryFixed<BinaryOp::kAdd, T>(a, b, out_shape);
+}
+
+// y[i] = f(x[i]) over the whole tensor (the op is chosen once, outside the loop).
+template <typename T, typename F>
+void MapInto(std::span<const T> x, std::span<T> y, F f) {
+  const T* px = x.data();
+  T* py = y.data();
+  const size_t n = x.size();
+  for (size_t i = 0; i < n; ++i) py[i] = f(px[i]);
+}
+
+template <typename T>
 Tensor UnaryT(UnaryOp op, const Tensor& x, double alpha) {
-  Tensor y = Tensor::Zeros(DTypeOf<T>::value, x.shape());
+  Tensor y = Tensor::Uninitialized(DTypeOf<T>::value, x.shape());
   const auto px = x.data<T>();
   auto py = y.data<T>();
   const T a = static_cast<T>(alpha);
-  for (size_t i = 0; i < px.size(); ++i) {
-    const T v = px[i];
-    switch (op) {
-      case UnaryOp::kNeg: py[i] = -v; break;
-      case UnaryOp::kScale: py[i] = a * v; break;
-      case UnaryOp::kRelu: py[i] = v > T(0) ? v : T(0); break;
-      case UnaryOp::kExp: py[i] = std::exp(v); break;
-      case UnaryOp::kGelu: {
+  switch (op) {
+    case UnaryOp::kNeg: MapInto(px, py, [](T v) { return -v; }); break;
+    case UnaryOp::kScale: MapInto(px, py, [a](T v) { return a * v; }); break;
+    case UnaryOp::kRelu: MapInto(px, py, [](T v) { return v > T(0) ? v : T(0); }); break;
+    case UnaryOp::kExp: MapInto(px, py, [](T v) { return std::exp(v); }); break;
+    case UnaryOp::kGelu:
+      MapInto(px, py, [](T v) {
         const T c = static_cast<T>(0.7978845608028654);  // sqrt(2/pi)
-        py[i] = T(0.5) * v * (T(1) + std::tanh(c * (v + T(0.044715) * v * v * v)));
-        break;
-      }
-      case UnaryOp::kTanh: py[i] = std::tanh(v); break;
-      case UnaryOp::kSigmoid: py[i] = T(1) / (T(1) + std::exp(-v)); break;
-      case UnaryOp::kSilu: py[i] = v / (T(1) + std::exp(-v)); break;
-      case UnaryOp::kSqrt: py[i] = std::sqrt(v); break;
-      case UnaryOp::kRsqrt: py[i] = T(1) / std::sqrt(v); break;
-      case UnaryOp::kPow: py[i] = std::pow(v, a); break;
-      case UnaryOp::kAddScalar: py[i] = v + a; break;
-      case UnaryOp::kLog: py[i] = std::log(v); break;
-      case UnaryOp::kStep: py[i] = v > T(0) ? T(1) : T(0); break;
-      case UnaryOp::kFill: py[i] = a; break;
-      case UnaryOp::kGeluDeriv: {
-        // d/dv 0.5 v (1 + tanh(u)), u = c (v + 0.044715 v^3).
+        return T(0.5) * v * (T(1) + std::tanh(c * (v + T(0.044715) * v * v * v)));
+      });
+      break;
+    case UnaryOp::kTanh: MapInto(px, py, [](T v) { return std::tanh(v); }); break;
+    case UnaryOp::kSigmoid: MapInto(px, py, [](T v) { return T(1) / (T(1) + std::exp(-v)); }); break;
+    case UnaryOp::kSilu: MapInto(px, py, [](T v) { return v / (T(1) + std::exp(-v)); }); break;
+    case UnaryOp::kSqrt: MapInto(px, py, [](T v) { return std::sqrt(v); }); break;
+    case UnaryOp::kRsqrt: MapInto(px, py, [](T v) { return T(1) / std::sqrt(v); }); break;
+    case UnaryOp::kPow: MapInto(px, py, [a](T v) { return std::pow(v, a); }); break;
+    case UnaryOp::kAddScalar: MapInto(px, py, [a](T v) { return v + a; }); break;
+    case UnaryOp::kLog: MapInto(px, py, [](T v) { return std::log(v); }); break;
+    case UnaryOp::kStep: MapInto(px, py, [](T v) { return v > T(0) ? T(1) : T(0); }); break;
+    case UnaryOp::kFill: MapInto(px, py, [a](T) { return a; }); break;
+    case UnaryOp::kGeluDeriv:
+      // d/dv 0.5 v (1 + tanh(u)), u = c (v + 0.044715 v^3).
+      MapInto(px, py, [](T v) {
         const T c = static_cast<T>(0.7978845608028654);
         const T t = std::tanh(c * (v + T(0.044715) * v * v * v));
-        py[i] = T(0.5) * (T(1) + t) + T(0.5) * v * (T(1) - t * t) * c * (T(1) + T(3 * 0.044715) * v * v);
-        break;
-      }
-      case UnaryOp::kSiluDeriv: {
+        return T(0.5) * (T(1) + t) + T(0.5) * v * (T(1) - t * t) * c * (T(1) + T(3 * 0.044715) * v * v);
+      });
+      break;
+    case UnaryOp::kSiluDeriv:
+      MapInto(px, py, [](T v) {
         const T sg = T(1) / (T(1) + std::exp(-v));
-        py[i] = sg * (T(1) + v * (T(1) - sg));
-        break;
-      }
-      case UnaryOp::kTanhDeriv: {
+        return sg * (T(1) + v * (T(1) - sg));
+      });
+      break;
+    case UnaryOp::kTanhDeriv:
+      MapInto(px, py, [](T v) {
         const T t = std::tanh(v);
-        py[i] = T(1) - t * t;
-        break;
-      }
-      case UnaryOp::kSigmoidDeriv: {
+        return T(1) - t * t;
+      });
+      break;
+    case UnaryOp::kSigmoidDeriv:
+      MapInto(px, py, [](T v) {
         const T sg = T(1) / (T(1) + std::exp(-v));
-        py[i] = sg * (T(1) - sg);
-        break;
-      }
-    }
+        return sg * (T(1) - sg);
+      });
+      break;
   }
   return y;
 }

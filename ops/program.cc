@@ -1,6 +1,5 @@
 #include "meshflow/ops/program.h"
 
-#include <algorithm>
 #include <cstdio>
 #include <utility>
 
@@ -301,13 +300,18 @@ StatusOr<std::vector<DTensor>> ExecuteBorrowed(const Program& program, MeshComms
       avail[static_cast<size_t>(v)].push_back(std::move(*moved));
     }
   }
+  // Per step: the values whose last reader it is (their copies are freed right after it).
   const std::vector<int> last_use = LastUses(program);
+  std::vector<std::vector<ValueId>> dies_after(program.steps.size());
+  for (size_t v = 0; v < last_use.size(); ++v) {
+    if (last_use[v] >= 0 && last_use[v] < static_cast<int>(program.steps.size())) {
+      dies_after[static_cast<size_t>(last_use[v])].push_back(static_cast<ValueId>(v));
+    }
+  }
   auto release = [&](int step_index) {
-    for (size_t v = 0; v < avail.size(); ++v) {
-      if (last_use[v] == step_index) {
-        avail[v].clear();
-        borrowed[v] = nullptr;
-      }
+    for (ValueId v : dies_after[static_cast<size_t>(step_index)]) {
+      avail[static_cast<size_t>(v)].clear();
+      borrowed[static_cast<size_t>(v)] = nullptr;
     }
   };
   int index = 0;
@@ -342,12 +346,26 @@ StatusOr<std::vector<DTensor>> ExecuteBorrowed(const Program& program, MeshComms
     avail[static_cast<size_t>(r.value)].push_back(std::move(*moved));
     release(index - 1);
   }
+  // Outputs: this call's copies are moved out (by the last output reading each value and
+  // layout); the caller's borrowed inputs, and copies a later output still reads, are copied.
   std::vector<DTensor> outs;
+  outs.reserve(g.outputs().size());
   for (size_t i = 0; i < g.outputs().size(); ++i) {
     const ValueId v = g.outputs()[i];
-    const DTensor* d = find(v, program.output_layouts[i]);
+    const Layout& layout = program.output_layouts[i];
+    const DTensor* d = find(v, layout);
     if (d == nullptr) return InternalError("execute: output '" + g.value(v).name + "' not materialized");
-    outs.push_back(*d);
+    bool read_later = false;
+    for (size_t j = i + 1; j < g.outputs().size(); ++j) {
+      read_later = read_later || (g.outputs()[j] == v && program.output_layouts[j] == layout);
+    }
+    DTensor* own = nullptr;
+    if (d != borrowed[static_cast<size_t>(v)] && !read_later) {
+      for (DTensor& c : avail[static_cast<size_t>(v)]) {
+        if (&c == d) own = &c;
+      }
+    }
+    outs.push_back(own != nullptr ? std::move(*own) : *d);
   }
   return outs;
 }

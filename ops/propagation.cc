@@ -3,6 +3,8 @@
 // wins. Every candidate strategy is validated by EvaluateStrategy and costed with PlanFor.
 #include "meshflow/ops/propagation.h"
 
+#include <cmath>
+#include <cstdio>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -24,6 +26,7 @@ struct Candidate {
   Strategy strategy;
   std::vector<Layout> operands;
   Layout result;
+  int64_t compute_units = 0;  // local work under PropagationOptions::compute_gflops (0 without)
 };
 
 }  // namespace
@@ -53,9 +56,15 @@ StatusOr<StrategyChoice> ConcretizeStrategy(const Graph& g, int n, const Shardin
 
 namespace {
 
-StatusOr<Candidate> Concretize(const Graph& g, int n, const ShardingRule& rule, const Strategy& s) {
+StatusOr<Candidate> Concretize(const Graph& g, int n, const ShardingRule& rule, const Strategy& s,
+                               const PropagationOptions& options) {
   MF_ASSIGN_OR_RETURN(StrategyChoice c, ConcretizeStrategy(g, n, rule, s));
-  return Candidate{s, std::move(c.operand_layouts), std::move(c.result)};
+  int64_t compute = 0;
+  if (options.compute_gflops) {
+    // Two flops (a multiply-add) per point of the rank's iteration space; GFLOP/s = 1e3 flops/us.
+    compute = CostUnits(2.0 * LocalWorkPoints(rule, s, g.mesh().shape()) / (*options.compute_gflops * 1e3));
+  }
+  return Candidate{s, std::move(c.operand_layouts), std::move(c.result), compute};
 }
 
 }  // namespace
@@ -118,7 +127,7 @@ void Backward(const Pass& p, Known known, Settable settable, OptLayouts& pref) {
       const Strategy& s = c->strategy;
       // Operands first, then the result; a candidate already costlier than the best is dropped
       // before planning more (exact: ties are still evaluated in full).
-      Move total;
+      Move total{c->compute_units, 0};
       bool ok = true;
       int partials = 0, shards = 0;
       for (size_t i = 0; i < node.operands.size() && ok; ++i) {
@@ -169,7 +178,7 @@ StatusOr<Propagation> Forward(const Pass& p, const OptLayouts& input_layouts, Ta
   const Graph& g = p.g;
   OptLayouts layouts = input_layouts;
   Propagation out;
-  int64_t total_units = 0;
+  int64_t total_units = 0, compute_units = 0;
   for (size_t n = 0; n < g.nodes().size(); ++n) {
     const Node& node = g.nodes()[n];
     const std::optional<Layout> target = target_of(node.result);
@@ -177,7 +186,7 @@ StatusOr<Propagation> Forward(const Pass& p, const OptLayouts& input_layouts, Ta
     const DType dtype = g.value(node.result).dtype;
     std::optional<Candidate> best;
     std::tuple<int64_t, int, int, int> best_key;
-    int64_t best_real = 0;  // operand moves + annotation move (no preference term)
+    int64_t best_real = 0;  // operand moves + annotation move (no preference term, no compute)
     Status first_error;
     for (const StatusOr<Candidate>& c : p.candidates[n]) {
       if (!c.ok()) {
@@ -185,7 +194,7 @@ StatusOr<Propagation> Forward(const Pass& p, const OptLayouts& input_layouts, Ta
         continue;
       }
       const Strategy& s = c->strategy;
-      int64_t units = 0;
+      int64_t units = c->compute_units;
       int collectives = 0;
       Status err;
       for (size_t i = 0; i < node.operands.size() && err.ok(); ++i) {
@@ -201,7 +210,7 @@ StatusOr<Propagation> Forward(const Pass& p, const OptLayouts& input_layouts, Ta
       }
       // Already costlier than the best: skip planning the result move (exact pruning).
       if (err.ok() && best && units > std::get<0>(best_key)) continue;
-      int64_t real = units;
+      int64_t real = units - c->compute_units;  // redistributions only
       if (err.ok() && target) {
         StatusOr<Move> move = MoveCost(c->result, *target, dtype, p.options.topology);
         // A result that cannot reach its annotation is unusable; a preference is only a hint.
@@ -210,7 +219,7 @@ StatusOr<Propagation> Forward(const Pass& p, const OptLayouts& input_layouts, Ta
         } else {
           units += move->units;
           collectives += move->collectives;
-          if (annotated) real = units;
+          if (annotated) real = units - c->compute_units;
         }
       }
       if (!err.ok()) {
@@ -230,11 +239,13 @@ StatusOr<Propagation> Forward(const Pass& p, const OptLayouts& input_layouts, Ta
           .WithContext(NodeName(g, static_cast<int>(n)) + ": no strategy can be planned");
     }
     total_units += best_real;
+    compute_units += best->compute_units;
     layouts[static_cast<size_t>(node.result)] = annotated ? *annotated : best->result;
     out.nodes.push_back(NodeSharding{std::move(best->strategy), std::move(best->operands), std::move(best->result)});
   }
   for (std::optional<Layout>& l : layouts) out.values.push_back(std::move(*l));
   out.modelled_us = static_cast<double>(total_units) / 1e6;
+  out.compute_us = static_cast<double>(compute_units) / 1e6;
   return out;
 }
 
@@ -242,12 +253,17 @@ StatusOr<Propagation> Forward(const Pass& p, const OptLayouts& input_layouts, Ta
 
 StatusOr<Propagation> Propagate(const Graph& g, const PropagationOptions& options) {
   MF_RETURN_IF_ERROR(options.topology.Validate().WithContext("propagate"));
+  if (options.compute_gflops && !(std::isfinite(*options.compute_gflops) && *options.compute_gflops > 0)) {
+    char got[32];
+    std::snprintf(got, sizeof(got), "%.17g", *options.compute_gflops);
+    return InvalidArgumentError(std::string("propagate: compute_gflops must be > 0 and finite, got ") + got);
+  }
   const size_t nv = g.values().size();
   std::vector<std::vector<StatusOr<Candidate>>> candidates(g.nodes().size());
   for (size_t n = 0; n < g.nodes().size(); ++n) {
     MF_ASSIGN_OR_RETURN(ShardingRule rule, NodeRule(g, static_cast<int>(n)));
     for (const Strategy& s : EnumerateStrategies(rule, g.mesh().ndim())) {
-      candidates[n].push_back(Concretize(g, static_cast<int>(n), rule, s));
+      candidates[n].push_back(Concretize(g, static_cast<int>(n), rule, s, options));
     }
   }
   const Pass pass{g, candidates, options};
@@ -294,12 +310,16 @@ StatusOr<Propagation> Propagate(const Graph& g, const PropagationOptions& option
       [&](ValueId v) { return g.value(v).kind == ValueKind::kOpResult; }, refined);
 
   // 5. Final forward pass pulled by annotations and refined preferences; the cheaper of the two
-  //    forward passes wins (ties: the natural one).
+  //    forward passes wins (ties: the natural one); with a compute model, redistributions plus
+  //    local work.
   MF_ASSIGN_OR_RETURN(Propagation pulled, Forward(pass, inputs, [&](ValueId v) -> std::optional<Layout> {
                         if (g.annotation(v)) return g.annotation(v);
                         return refined[static_cast<size_t>(v)];
                       }));
-  if (CostUnits(pulled.modelled_us) < CostUnits(natural.modelled_us)) return pulled;
+  if (CostUnits(pulled.modelled_us) + CostUnits(pulled.compute_us) <
+      CostUnits(natural.modelled_us) + CostUnits(natural.compute_us)) {
+    return pulled;
+  }
   return natural;
 }
 

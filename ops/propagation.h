@@ -2,7 +2,8 @@
 //
 // Algorithm (deterministic; annotations are honoured exactly). Every choice below scores a node's
 // strategies (EnumerateStrategies over its rule, each validated by EvaluateStrategy; strategies
-// that fail are skipped) by modelled redistribution time:
+// that fail are skipped) by modelled redistribution time (plus, with
+// PropagationOptions::compute_gflops, the strategy's modelled local work):
 //   1. Backward pass (nodes in reverse order): a node whose result has a target (its annotation,
 //      else a preference set by a later consumer) picks the strategy minimizing
 //          cost(result layout -> target) + sum over operands with an annotation or preference
@@ -38,7 +39,7 @@
 // error), e.g. a Partial(avg) input feeding an op that only passes Partial(sum) and no reduction
 // path; annotation errors cannot happen here (the Graph validated them); INVALID_ARGUMENT for a
 // PropagationOptions::topology that ParseTopology would reject (a bandwidth <= 0, a negative
-// latency, or a non-finite value).
+// latency, or a non-finite value), and for a compute_gflops that is <= 0 or not finite.
 #ifndef MESHFLOW_OPS_PROPAGATION_H_
 #define MESHFLOW_OPS_PROPAGATION_H_
 
@@ -57,6 +58,15 @@ namespace meshflow {
 
 struct PropagationOptions {
   Topology topology;  // cost model of every redistribution (default topology by default)
+  // Arithmetic rate of one device in GFLOP/s, or nullopt (the default): no compute term, every
+  // choice is by redistribution time alone. Set, every candidate strategy also pays its local
+  // work: 2 flops (a multiply-add) per point of the op's iteration space on one rank
+  // (LocalWorkPoints, ops/sharding_rule.h) / the rate. Without it a strategy that replicates an
+  // op's work is as good as one that splits it whenever it moves fewer bytes (e.g. all-gathering
+  // small activations so that every rank computes a whole weight gradient instead of reducing a
+  // Partial(sum) one); with it, moving bytes is weighed against repeating work. Must be > 0 and
+  // finite.
+  std::optional<double> compute_gflops;
 };
 
 // The sharding of one node.
@@ -75,6 +85,9 @@ struct Propagation {
   // consumer: when two consumers need the same copy, the program moves it once but this counts it
   // twice (the program's CostReport is exact).
   double modelled_us = 0;
+  // With PropagationOptions::compute_gflops: the modelled local work of every node's strategy, in
+  // us (a multiple of 1e-6); 0 without. Passes are compared by modelled_us + compute_us.
+  double compute_us = 0;
   friend bool operator==(const Propagation&, const Propagation&) = default;
   // One line per value: "h: S(0),S(2)" and per node its strategy.
   std::string ToString(const Graph& graph) const;

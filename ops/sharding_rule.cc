@@ -123,6 +123,20 @@ std::vector<Strategy> EnumerateStrategies(const ShardingRule& rule, int mesh_ndi
   return out;
 }
 
+double LocalWorkPoints(const ShardingRule& rule, const Strategy& s, std::span<const int64_t> mesh_shape) {
+  std::vector<int64_t> ways(rule.factors.size(), 1);
+  for (size_t m = 0; m < s.assignment.size() && m < mesh_shape.size(); ++m) {
+    const MeshDimAssignment& a = s.assignment[m];
+    if (a.kind == MeshDimAssignment::Kind::kFactor) ways[static_cast<size_t>(a.index)] *= mesh_shape[m];
+  }
+  double points = 1;
+  for (size_t f = 0; f < rule.factors.size(); ++f) {
+    const int64_t size = rule.factors[f].size;
+    points *= static_cast<double>((size + ways[f] - 1) / ways[f]);
+  }
+  return points;
+}
+
 StatusOr<ShardingRule> MatmulRule(std::span<const int64_t> a, std::span<const int64_t> b) {
   if (a.empty() || b.empty()) {
     return InvalidArgumentError("matmul: operands need rank >= 1, got shapes " + ShapeString(a) + " and " +

@@ -117,6 +117,16 @@ std::optional<Strategy> StrategyFor(const ShardingRule& rule, std::span<const Me
 // always all-Replicate.
 std::vector<Strategy> EnumerateStrategies(const ShardingRule& rule, int mesh_ndim);
 
+// The points of the op's iteration space that one rank computes under `s` on a mesh of shape
+// `mesh_shape`: the product over factors of the factor's size divided by the sizes of the mesh
+// dims that shard it, rounded up (the largest torch.chunk piece: ceil(ceil(s/a)/b) = ceil(s/ab)).
+// Replicate and Partial mesh dims divide nothing (every rank works on its whole local data).
+// Matmul [5,7] x [7,3] is 5 * 7 * 3 = 105 points replicated, 5 * 4 * 3 = 60 with k sharded over
+// 2 ranks. A double, so that huge iteration spaces do not overflow. The propagation pass's
+// compute term (PropagationOptions::compute_gflops). Precondition: s is a strategy of `rule` on a
+// mesh of mesh_shape.size() dims.
+double LocalWorkPoints(const ShardingRule& rule, const Strategy& s, std::span<const int64_t> mesh_shape);
+
 // ---- Rules of the supported ops. Errors name the op, the shapes and the bad dims. ----
 
 // Batched matmul with numpy broadcasting of the batch dims: a [..., m, k] x b [..., k, n].

@@ -25,6 +25,32 @@ TEST(MatmulRule, TwoD) {
             "matmul: [m,k],[k,n] -> [m,n] {m=5 pass_through, k=7 contracting(sum), n=3 pass_through}");
 }
 
+TEST(LocalWorkPoints, MatmulPerStrategy) {
+  std::vector<int64_t> a = {5, 7}, b = {7, 3};
+  const ShardingRule rule = *MatmulRule(a, b);
+  const std::vector<Strategy> all = EnumerateStrategies(rule, 1);
+  ASSERT_EQ(all.size(), 6u);
+  const std::vector<int64_t> mesh2 = {2};
+  // R; S(m): ceil(5/2) = 3; S(k): ceil(7/2) = 4; S(n): ceil(3/2) = 2; the two Partial rules: all.
+  std::vector<double> got;
+  for (const Strategy& s : all) got.push_back(LocalWorkPoints(rule, s, mesh2));
+  EXPECT_EQ(got, (std::vector<double>{105, 3 * 7 * 3, 5 * 4 * 3, 5 * 7 * 2, 105, 105}));
+  // Two mesh dims sharding m (3 and 2 ranks): ceil(5 / 6) = 1; k over 4 then n over 3 ranks.
+  const std::vector<int64_t> mesh32 = {3, 2};
+  const Strategy mm = *StrategyFor(rule, std::vector<MeshDimAssignment>{{K::kFactor, 0}, {K::kFactor, 0}});
+  EXPECT_EQ(LocalWorkPoints(rule, mm, mesh32), 1 * 7 * 3);
+  const std::vector<int64_t> mesh43 = {4, 3};
+  const Strategy kn = *StrategyFor(rule, std::vector<MeshDimAssignment>{{K::kFactor, 1}, {K::kFactor, 2}});
+  EXPECT_EQ(LocalWorkPoints(rule, kn, mesh43), 5 * 2 * 1);
+}
+
+TEST(LocalWorkPoints, EmptyFactorIsNoWork) {
+  std::vector<int64_t> a = {0, 7}, b = {7, 3};
+  const ShardingRule rule = *MatmulRule(a, b);
+  const std::vector<int64_t> mesh = {4};
+  EXPECT_EQ(LocalWorkPoints(rule, EnumerateStrategies(rule, 1)[0], mesh), 0);
+}
+
 TEST(MatmulRule, BatchBroadcast) {
   // a [2,1,5,7] x b [3,7,4]: batch [2,3]; a's size-1 batch dim and b's missing dim are broadcast.
   std::vector<int64_t> a = {2, 1, 5, 7}, b = {3, 7, 4};

@@ -809,6 +809,17 @@ TEST(ErrorsTest, Compile_NonPositiveBandwidth) {
   EXPECT_ERROR(Propagate(g, o), StatusCode::kInvalidArgument, "topology bw_inter=0 must be > 0");
 }
 
+TEST(ErrorsTest, Compile_NonPositiveComputeRate) {
+  Graph g(Mesh({2}));
+  const ValueId x = *g.Input("x", {4, 2}, DType::kF32);
+  const ValueId w = *g.Param("w", {2, 6}, DType::kF32);
+  ASSERT_TRUE(g.MarkOutput(*g.Apply(OpSpec::Matmul(), {x, w}, "y")).ok());
+  PropagationOptions o;
+  o.compute_gflops = 0;
+  EXPECT_ERROR(Compile(g, o), StatusCode::kInvalidArgument, "propagate: compute_gflops must be > 0 and finite, got 0");
+  EXPECT_ERROR(Propagate(g, o), StatusCode::kInvalidArgument, "compute_gflops must be > 0 and finite, got 0");
+}
+
 // ---- dtplan CLI (exit code 2 and a message on bad input) ----
 
 struct CliResult {

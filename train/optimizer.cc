@@ -489,11 +489,19 @@ Status Optimizer::Step(std::span<const DTensor* const> grads, MeshComms& comms, 
   std::vector<std::optional<DTensor>> reduced(grads.size());
   for (size_t i = 0; i < grads.size(); ++i) {
     if (grads[i] == nullptr) continue;
-    MF_ASSIGN_OR_RETURN(DTensor g, ConvertDTensor(*grads[i], slots_[i].compute));
-    if (g.layout() == slots_[i].state_layout) {
-      reduced[i] = std::move(g);
+    // Converted only when the dtype differs, and copied only when the caller's gradient is
+    // already in the state layout (the update reads and clipping scales its own copy).
+    const DTensor* g = grads[i];
+    std::optional<DTensor> converted;
+    if (g->dtype() != slots_[i].compute) {
+      MF_ASSIGN_OR_RETURN(DTensor c, ConvertDTensor(*g, slots_[i].compute));
+      converted = std::move(c);
+      g = &*converted;
+    }
+    if (g->layout() == slots_[i].state_layout) {
+      reduced[i] = converted ? std::move(*converted) : *g;
     } else {
-      MF_ASSIGN_OR_RETURN(DTensor r, Redistribute(g, slots_[i].state_layout, comms));
+      MF_ASSIGN_OR_RETURN(DTensor r, Redistribute(*g, slots_[i].state_layout, comms));
       reduced[i] = std::move(r);
     }
   }

@@ -9,6 +9,7 @@
 #include "meshflow/dtensor/box.h"
 #include "meshflow/dtensor/dtensor.h"
 #include "meshflow/dtensor/dtype.h"
+#include "meshflow/dtensor/host_cache.h"
 #include "meshflow/dtensor/layout.h"
 #include "meshflow/dtensor/placement.h"
 #include "meshflow/dtensor/tensor.h"
@@ -66,6 +67,19 @@ TEST(TensorDocTest, IotaAtSlice) {
   EXPECT_EQ(t, Tensor::FromVector<float>({2, 3}, {0, 1, 2, 3, 4, 5}).value());
   EXPECT_EQ(x, 5.0f);
   EXPECT_EQ(block, Tensor::FromVector<float>({2, 2}, {1, 2, 4, 5}).value());
+}
+
+// dtensor/host_cache.h
+TEST(HostCacheDocTest, StatsReleaseLimit) {
+  const int64_t limit = GetHostCacheStats().limit_bytes;
+  HostCacheStats s = GetHostCacheStats();   // s.hits, s.misses, s.cached_bytes, s.limit_bytes
+  ReleaseHostCache();                       // give every cached block back
+  SetHostCacheLimit(0);                     // no caching from now on
+
+  EXPECT_GE(s.hits + s.misses, 0);
+  EXPECT_EQ(GetHostCacheStats().cached_bytes, 0);
+  EXPECT_EQ(GetHostCacheStats().limit_bytes, 0);
+  SetHostCacheLimit(limit);
 }
 
 // dtensor/dtensor.h (on a 2x2 mesh, as rank 3 = mesh coordinate (1, 1)).
