@@ -1,5 +1,8 @@
 #include "meshflow/base/strings.h"
 
+#include <charconv>
+#include <cmath>
+
 namespace meshflow {
 namespace {
 
@@ -17,5 +20,12 @@ std::string ListOf(std::span<const T> v) {
 
 std::string ListString(std::span<const int> v) { return ListOf(v); }
 std::string ListString(std::span<const int64_t> v) { return ListOf(v); }
+
+std::string DoubleString(double v) {
+  if (std::isnan(v)) return "nan";
+  char buf[64];
+  const auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), v);
+  return ec == std::errc() ? std::string(buf, end) : "nan";
+}
 
 }  // namespace meshflow

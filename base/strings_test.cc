@@ -2,11 +2,28 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <limits>
+#include <string>
 #include <vector>
 
 namespace meshflow {
 namespace {
+
+TEST(DoubleStringTest, ShortestRoundTrip) {
+  EXPECT_EQ(DoubleString(0.1), "0.1");
+  EXPECT_EQ(DoubleString(-1), "-1");
+  EXPECT_EQ(DoubleString(1e6), "1e+06");
+  EXPECT_EQ(DoubleString(1000001), "1000001");
+  EXPECT_EQ(DoubleString(1e-320), "1e-320");
+  EXPECT_EQ(DoubleString(std::numeric_limits<double>::infinity()), "inf");
+  EXPECT_EQ(DoubleString(-std::numeric_limits<double>::infinity()), "-inf");
+  EXPECT_EQ(DoubleString(std::nan("")), "nan");
+  EXPECT_EQ(DoubleString(-std::nan("")), "nan");
+  for (double v : {0.3, 2.0 / 3.0, 123456.789, 5e-324}) EXPECT_EQ(std::strtod(DoubleString(v).c_str(), nullptr), v) << v;
+}
 
 TEST(ListStringTest, Formats) {
   EXPECT_EQ(ListString(std::vector<int>{}), "[]");

@@ -65,8 +65,11 @@ StatusOr<DTensor> RunChosen(const OpSpec& op, const StrategyChoice& choice, std:
       ctx.slice_local = {sel.size() > 0 ? s.start + sel.begin * s.step - a.begin : 0, sel.size()};
     }
   }
-  if (const auto* ce = op.get<CrossEntropyParams>()) {
-    // Vocab-parallel when the logits' class dim is sharded: reduce row statistics over those dims.
+  const auto* ce = op.get<CrossEntropyParams>();
+  const auto* ce_grad = op.get<CrossEntropyGradParams>();
+  if (ce != nullptr || ce_grad != nullptr) {
+    // Vocab-parallel when the logits' class dim is sharded: reduce row statistics over those dims
+    // (forward: the Partial(sum) loss terms; backward: this rank's classes of the gradient).
     const Layout& logits = choice.operand_layouts[0];
     const int class_dim = logits.tensor_rank() - 1;
     std::vector<int> dims;
@@ -83,7 +86,10 @@ StatusOr<DTensor> RunChosen(const OpSpec& op, const StrategyChoice& choice, std:
       vocab.all_reduce = [group](std::vector<double>& rows, ReduceOp rop) {
         return group->AllReduce(rows.data(), rows.data(), static_cast<int64_t>(rows.size()), DType::kF64, rop);
       };
-      MF_ASSIGN_OR_RETURN(Tensor out, CrossEntropyKernel(*locals[0], *locals[1], ce->reduction, ctx.mean_count, vocab));
+      MF_ASSIGN_OR_RETURN(Tensor out, ce != nullptr ? CrossEntropyKernel(*locals[0], *locals[1], ce->reduction,
+                                                                         ctx.mean_count, vocab)
+                                                    : CrossEntropyGradKernel(*locals[0], *locals[1], *locals[2],
+                                                                             ce_grad->reduction, ctx.mean_count, vocab));
       return DTensor::FromLocal(std::move(out), choice.result, rank);
     }
   }

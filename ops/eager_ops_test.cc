@@ -401,6 +401,41 @@ TEST(EagerNewOps, VocabParallelCrossEntropyIsChosen) {
   }
 }
 
+// The gradient of a vocab-parallel loss stays vocab-parallel: class-sharded logits are not
+// gathered, each rank computes its classes of the gradient (row max and sum of exponentials
+// reduced over the class shards), exact on uneven class chunks (7 classes on 3 ranks); a
+// Partial(sum) upstream gradient gives the same values.
+TEST(EagerNewOps, VocabParallelCrossEntropyGradIsChosen) {
+  const DeviceMesh mesh = *DeviceMesh::Create({3});
+  const Tensor logits = GlobalFor(DType::kF32, {4, 7}, 5), targets = IntsFor(DType::kI64, {4}, 6, 7);
+  for (LossReduction red : {LossReduction::kMean, LossReduction::kSum, LossReduction::kNone}) {
+    const std::vector<int64_t> gshape = red == LossReduction::kNone ? std::vector<int64_t>{4} : std::vector<int64_t>{};
+    const Tensor g = GlobalFor(DType::kF32, gshape, 8);
+    const Tensor want = *CrossEntropyGradKernel(logits, targets, g, red, 4);
+    Status st = WorldOf(3).Run([&](Communicator& comm) -> Status {
+      MF_ASSIGN_OR_RETURN(MeshComms comms, MeshComms::Create(comm, mesh));
+      MF_ASSIGN_OR_RETURN(DTensor l, Distribute(logits, *Layout::Create({4, 7}, mesh, {Shard{1}}), comm.rank()));
+      MF_ASSIGN_OR_RETURN(DTensor t, Distribute(targets, *Layout::Create({4}, mesh, {Replicate{}}), comm.rank()));
+      for (const Placement& gp : {Placement{Replicate{}}, Placement{Partial{}}}) {
+        MF_ASSIGN_OR_RETURN(DTensor gd, Distribute(g, *Layout::Create(gshape, mesh, {gp}), comm.rank()));
+        const DTensor* in[3] = {&l, &t, &gd};
+        const OpSpec op = OpSpec::CrossEntropyGrad(red);
+        MF_ASSIGN_OR_RETURN(std::shared_ptr<const StrategyChoice> c, ChooseStrategy(op, in));
+        // With a replicated g the class-sharded strategy moves nothing; with a Partial(sum) g on
+        // these tiny logits, gathering them costs the same as reducing g: only the values count.
+        if (IsReplicate(gp) && (c->plans[0] != nullptr || !(c->result.placement(0) == Placement{Shard{1}}))) {
+          return InternalError("expected the class-sharded gradient, got " + c->strategy.ToString());
+        }
+        MF_ASSIGN_OR_RETURN(DTensor dx, RunOp(op, in, comms));
+        MF_ASSIGN_OR_RETURN(Tensor full, FullTensor(dx, comms));
+        if (std::string d = Compare(full, want); !d.empty()) return InternalError(d);
+      }
+      return Status::Ok();
+    });
+    EXPECT_TRUE(st.ok()) << st;
+  }
+}
+
 // EvaluateStrategy only accepts strategies that follow the rule: a hand-made one sharding the
 // softmax-like class dim of layer norm is rejected instead of computing garbage.
 TEST(EagerNewOps, HandMadeStrategyRejected) {

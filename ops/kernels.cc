@@ -912,34 +912,63 @@ StatusOr<Tensor> SliceGradKernel(const Tensor& grad, std::span<const int64_t> in
   return y;
 }
 
-StatusOr<Tensor> CrossEntropyGradKernel(const Tensor& logits, const Tensor& targets, const Tensor& grad,
-                                        LossReduction reduction, int64_t mean_count) {
+namespace {
+
+StatusOr<Tensor> CrossEntropyGradImpl(const Tensor& logits, const Tensor& targets, const Tensor& grad,
+                                      LossReduction reduction, int64_t mean_count, const VocabShard* vocab) {
   MF_RETURN_IF_ERROR(CheckFloat("cross_entropy_grad", logits.dtype()));
   MF_RETURN_IF_ERROR(CheckIds("cross_entropy_grad", targets));
   MF_RETURN_IF_ERROR(CrossEntropyGradRule(logits.shape(), targets.shape(), grad.shape(), reduction).status());
   const int64_t c = logits.shape().back();
+  const int64_t offset = vocab != nullptr ? vocab->class_offset : 0;
+  const int64_t classes = vocab != nullptr ? vocab->num_classes : c;
   const int64_t rows = targets.NumElements();
   const std::vector<double> x = Doubles(logits), g = Doubles(grad);
   std::vector<double> out(x.size(), 0.0);
   const double div = reduction == LossReduction::kMean ? static_cast<double>(mean_count >= 0 ? mean_count : rows) : 1.0;
+  // Row max and row sum of exp(x - max), over this rank's classes, then over the vocab group.
+  std::vector<double> mx(static_cast<size_t>(rows), -std::numeric_limits<double>::infinity());
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t t = IdAt(targets, r);
-    if (t < 0 || t >= c) {
+    if (t < 0 || t >= classes) {
       return InvalidArgumentError("cross_entropy_grad: target " + std::to_string(t) + " at " + std::to_string(r) +
-                                  " outside [0, " + std::to_string(c) + ")");
+                                  " outside [0, " + std::to_string(classes) + ")");
     }
     const double* row = x.data() + r * c;
-    double mx = -std::numeric_limits<double>::infinity();
-    for (int64_t j = 0; j < c; ++j) mx = std::max(mx, row[j]);
-    if (!std::isfinite(mx)) mx = 0;
-    double sum = 0;
-    for (int64_t j = 0; j < c; ++j) sum += std::exp(row[j] - mx);
+    for (int64_t j = 0; j < c; ++j) mx[static_cast<size_t>(r)] = std::max(mx[static_cast<size_t>(r)], row[j]);
+  }
+  if (vocab != nullptr) MF_RETURN_IF_ERROR(vocab->all_reduce(mx, ReduceOp::kMax));
+  std::vector<double> sum(static_cast<size_t>(rows), 0.0);
+  for (int64_t r = 0; r < rows; ++r) {
+    double& m = mx[static_cast<size_t>(r)];
+    if (!std::isfinite(m)) m = 0;
+    const double* row = x.data() + r * c;
+    for (int64_t j = 0; j < c; ++j) sum[static_cast<size_t>(r)] += std::exp(row[j] - m);
+  }
+  if (vocab != nullptr) MF_RETURN_IF_ERROR(vocab->all_reduce(sum, ReduceOp::kSum));
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t t = IdAt(targets, r);
+    const double* row = x.data() + r * c;
+    const double m = mx[static_cast<size_t>(r)], s = sum[static_cast<size_t>(r)];
     const double gr = (reduction == LossReduction::kNone ? g[static_cast<size_t>(r)] : g[0]) / div;
     for (int64_t j = 0; j < c; ++j) {
-      out[static_cast<size_t>(r * c + j)] = (std::exp(row[j] - mx) / sum - (j == t ? 1.0 : 0.0)) * gr;
+      out[static_cast<size_t>(r * c + j)] = (std::exp(row[j] - m) / s - (offset + j == t ? 1.0 : 0.0)) * gr;
     }
   }
   return FromDoubles(logits.dtype(), logits.shape(), out);
+}
+
+}  // namespace
+
+StatusOr<Tensor> CrossEntropyGradKernel(const Tensor& logits, const Tensor& targets, const Tensor& grad,
+                                        LossReduction reduction, int64_t mean_count) {
+  return CrossEntropyGradImpl(logits, targets, grad, reduction, mean_count, nullptr);
+}
+
+StatusOr<Tensor> CrossEntropyGradKernel(const Tensor& logits, const Tensor& targets, const Tensor& grad,
+                                        LossReduction reduction, int64_t mean_count, const VocabShard& vocab) {
+  if (!vocab.all_reduce) return InvalidArgumentError("cross_entropy_grad: vocab shard without all_reduce");
+  return CrossEntropyGradImpl(logits, targets, grad, reduction, mean_count, &vocab);
 }
 
 }  // namespace meshflow

@@ -114,6 +114,12 @@ StatusOr<Tensor> SliceGradKernel(const Tensor& grad, std::span<const int64_t> in
 // (softmax(logits) - onehot(targets)) * grad (/ mean_count for kMean; -1: the local row count).
 StatusOr<Tensor> CrossEntropyGradKernel(const Tensor& logits, const Tensor& targets, const Tensor& grad,
                                         LossReduction reduction, int64_t mean_count = -1);
+// Vocab-parallel: the local logits hold classes [class_offset, class_offset + C_l) of
+// vocab.num_classes (VocabShard above); the row max and the row sum of exponentials are reduced
+// over vocab.all_reduce (kMax, then kSum), and the result is this rank's classes of the
+// gradient. Errors: as above (targets outside [0, num_classes)), all_reduce's.
+StatusOr<Tensor> CrossEntropyGradKernel(const Tensor& logits, const Tensor& targets, const Tensor& grad,
+                                        LossReduction reduction, int64_t mean_count, const VocabShard& vocab);
 
 }  // namespace meshflow
 

@@ -4,11 +4,11 @@
 #include "meshflow/ops/propagation.h"
 
 #include <cmath>
-#include <cstdio>
 #include <string>
 #include <tuple>
 #include <utility>
 
+#include "meshflow/base/strings.h"
 #include "meshflow/planner/planner.h"
 
 namespace meshflow {
@@ -254,9 +254,8 @@ StatusOr<Propagation> Forward(const Pass& p, const OptLayouts& input_layouts, Ta
 StatusOr<Propagation> Propagate(const Graph& g, const PropagationOptions& options) {
   MF_RETURN_IF_ERROR(options.topology.Validate().WithContext("propagate"));
   if (options.compute_gflops && !(std::isfinite(*options.compute_gflops) && *options.compute_gflops > 0)) {
-    char got[32];
-    std::snprintf(got, sizeof(got), "%.17g", *options.compute_gflops);
-    return InvalidArgumentError(std::string("propagate: compute_gflops must be > 0 and finite, got ") + got);
+    return InvalidArgumentError("propagate: compute_gflops must be > 0 and finite, got " +
+                                DoubleString(*options.compute_gflops));
   }
   const size_t nv = g.values().size();
   std::vector<std::vector<StatusOr<Candidate>>> candidates(g.nodes().size());

@@ -156,7 +156,8 @@ StatusOr<ShardingRule> CrossEntropyGradRule(std::span<const int64_t> logits, std
   for (size_t i = 0; i + 1 < logits.size(); ++i) {
     lead.push_back(AddFactor(r, "b" + std::to_string(i), logits[i], FactorKind::kPassThrough));
   }
-  const int c = AddFactor(r, "c", logits.back(), FactorKind::kNeedReplication);
+  // Sharded classes: vocab-parallel (the kernel reduces the row statistics over the class shards).
+  const int c = AddFactor(r, "c", logits.back(), FactorKind::kPassThrough);
   r.operand_dims = {lead, lead, none ? lead : std::vector<int>{}};
   r.operand_dims[0].push_back(c);
   r.result_dims = r.operand_dims[0];

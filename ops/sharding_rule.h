@@ -300,8 +300,10 @@ StatusOr<ShardingRule> SliceGradRule(std::span<const int64_t> grad, std::span<co
 
 // The gradient of cross-entropy w.r.t. the logits: (logits [b..., C], targets [b...], g) ->
 // [b..., C] = (softmax(logits) - onehot(targets)) * g (/ count for kMean). g is [] for kMean / kSum
-// and [b...] for kNone. Leading factors pass-through, c need-replication. Partial rules
-// {R, R, P(sum)} -> P(sum) (linear in g). Errors: as CrossEntropyRule, g's shape.
+// and [b...] for kNone. Leading factors and c pass-through (c sharded: vocab-parallel, the
+// eager runtime reduces each row's max and sum of exponentials over the class shards,
+// CrossEntropyGradKernel with a VocabShard). Partial rules {R, R, P(sum)} -> P(sum) (linear in
+// g). Errors: as CrossEntropyRule, g's shape.
 StatusOr<ShardingRule> CrossEntropyGradRule(std::span<const int64_t> logits, std::span<const int64_t> targets,
                                             std::span<const int64_t> grad, LossReduction reduction);
 

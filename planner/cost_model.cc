@@ -7,17 +7,13 @@
 #include <string>
 #include <utility>
 
+#include "meshflow/base/strings.h"
 #include "meshflow/planner/direct.h"
 
 namespace meshflow {
 namespace {
 
-std::string FormatDouble(double v) {
-  char buf[64];
-  auto [p, ec] = std::to_chars(buf, buf + sizeof(buf), v);
-  if (ec != std::errc()) return "nan";
-  return std::string(buf, p);
-}
+std::string FormatDouble(double v) { return DoubleString(v); }
 
 std::string Trim(std::string_view s) {
   std::string out;

@@ -3,9 +3,11 @@
 #include <cmath>
 #include <optional>
 #include <set>
+#include <span>
 #include <utility>
 #include <variant>
 
+#include "meshflow/base/strings.h"
 #include "meshflow/ops/graph_autodiff.h"
 #include "meshflow/ops/op_spec.h"
 
@@ -20,6 +22,7 @@ enum ScalarKind : int {
   kSgdLr = 3,
   kSgdBufDecay = 4,   // 0 at t = 1, else momentum
   kSgdGradScale = 5,  // 1 at t = 1, else 1 - dampening
+  kClipMaxNorm = 6,   // TrainStepSpec::max_grad_norm
 };
 
 const char* ScalarName(int kind) {
@@ -29,11 +32,14 @@ const char* ScalarName(int kind) {
     case kAdamBc2Sqrt: return "adamw.bc2_sqrt";
     case kSgdLr: return "sgd.lr";
     case kSgdBufDecay: return "sgd.buf_decay";
+    case kClipMaxNorm: return "clip.max_norm";
     default: return "sgd.grad_scale";
   }
 }
 
-double ScalarValue(int kind, const OptimizerOptions& options, double lr, int64_t t) {
+double ScalarValue(int kind, const CompiledTrainStep& step, double lr, int64_t t) {
+  if (kind == kClipMaxNorm) return step.max_grad_norm.value_or(0.0);
+  const OptimizerOptions& options = step.optimizer;
   if (const AdamWOptions* a = std::get_if<AdamWOptions>(&options)) {
     switch (kind) {
       case kAdamDecay: return 1 - lr * a->weight_decay;
@@ -138,6 +144,41 @@ class UpdateBuilder {
     return Update{p_new, std::move(state)};
   }
 
+  // Clipping by the global norm, as Optimizer::Step's max_grad_norm: norm = sqrt(sum over params
+  // of sum(g * g)), coef = max_norm / (norm + 1e-6), each gradient scaled by min(coef, 1) (a
+  // NaN coef leaves it unscaled, as there). The sums run in the params' dtype (the eager
+  // optimizer sums in double), so the clipped step matches it to rounding, not bit for bit.
+  // Each gradient's scaling runs on its state layout (set per param with set_layout).
+  struct Clip {
+    ValueId norm;
+    ValueId coef;  // min(coef, 1)
+  };
+  StatusOr<Clip> ClipCoefficient(std::span<const ValueId> grads) {
+    const DType t = g_.value(grads[0]).dtype;
+    std::optional<ValueId> total;
+    for (ValueId gr : grads) {
+      MF_ASSIGN_OR_RETURN(ValueId sq, g_.Apply(OpSpec::Binary(BinaryOp::kMul), {gr, gr}));
+      MF_ASSIGN_OR_RETURN(ValueId ss, g_.Apply(OpSpec::Reduce(ReduceKind::kSum, {}, false), {sq}));
+      if (total) {
+        MF_ASSIGN_OR_RETURN(ValueId sum, g_.Apply(OpSpec::Binary(BinaryOp::kAdd), {*total, ss}));
+        total = sum;
+      } else {
+        total = ss;
+      }
+    }
+    MF_ASSIGN_OR_RETURN(ValueId norm, g_.Apply(OpSpec::Unary(UnaryOp::kSqrt), {*total}, "grad_norm"));
+    MF_ASSIGN_OR_RETURN(ValueId max_norm, Scalar(kClipMaxNorm, t));
+    MF_ASSIGN_OR_RETURN(ValueId denom, g_.Apply(OpSpec::Unary(UnaryOp::kAddScalar, 1e-6), {norm}));
+    MF_ASSIGN_OR_RETURN(ValueId coef, g_.Apply(OpSpec::Binary(BinaryOp::kDiv), {max_norm, denom}));
+    MF_ASSIGN_OR_RETURN(ValueId one, g_.Apply(OpSpec::Unary(UnaryOp::kFill, 1.0), {coef}));
+    MF_ASSIGN_OR_RETURN(ValueId below, g_.Apply(OpSpec::Compare(CompareOp::kLt), {coef, one}));
+    MF_ASSIGN_OR_RETURN(ValueId c, g_.Apply(OpSpec::Where(), {below, coef, one}, "clip_coef"));
+    return Clip{norm, c};
+  }
+  StatusOr<ValueId> Clipped(ValueId grad, ValueId coef, const std::string& name) {
+    return Bin(BinaryOp::kMul, grad, coef, name + ".clipped_grad");
+  }
+
   // kind, slot, value of every scalar input made so far.
   struct ScalarInput {
     int kind;
@@ -175,6 +216,10 @@ StatusOr<CompiledTrainStep> CompileTrainStep(Graph graph, const TrainStepSpec& s
     return InvalidArgumentError(what + std::to_string(spec.state_layouts.size()) + " state layouts for " +
                                 std::to_string(spec.params.size()) + " params (give none or one per param)");
   }
+  if (spec.max_grad_norm.has_value() && !(*spec.max_grad_norm >= 0 && std::isfinite(*spec.max_grad_norm))) {
+    return InvalidArgumentError(what + "max_grad_norm " + DoubleString(*spec.max_grad_norm) +
+                                " must be >= 0 and finite");
+  }
   const ValueId loss_root[] = {spec.loss};
   const std::vector<bool> reaches = graph.DependedOnBy(loss_root);
   std::set<ValueId> seen;
@@ -198,6 +243,12 @@ StatusOr<CompiledTrainStep> CompileTrainStep(Graph graph, const TrainStepSpec& s
     if (graph.value(p).dtype == DType::kBF16) {
       return UnimplementedError(what + "param " + Name(graph, p) +
                                 " is bf16: master weights are not in the compiled step yet (use train/optimizer.h)");
+    }
+    if (spec.max_grad_norm.has_value() && graph.value(p).dtype != graph.value(spec.params[0]).dtype) {
+      return InvalidArgumentError(what + "gradient clipping needs every param in one dtype; param " + Name(graph, p) +
+                                  " is " + std::string(DTypeName(graph.value(p).dtype)) + ", param " +
+                                  Name(graph, spec.params[0]) + " is " +
+                                  std::string(DTypeName(graph.value(spec.params[0]).dtype)));
     }
     if (!reaches[static_cast<size_t>(p)]) {
       return InvalidArgumentError(what + "the loss " + Name(graph, spec.loss) + " does not depend on param " +
@@ -228,6 +279,12 @@ StatusOr<CompiledTrainStep> CompileTrainStep(Graph graph, const TrainStepSpec& s
   const std::vector<ValueId> grads = std::move(*appended);
   const std::vector<std::string> state_names = StateNames(spec.optimizer);
   UpdateBuilder b(graph, spec.optimizer);
+  std::optional<UpdateBuilder::Clip> clip;
+  if (spec.max_grad_norm.has_value()) {
+    StatusOr<UpdateBuilder::Clip> c = b.ClipCoefficient(grads);
+    if (!c.ok()) return c.status().WithContext(what + "gradient clipping");
+    clip = *c;
+  }
   std::vector<std::vector<ValueId>> states;
   std::vector<Update> updates;
   for (size_t i = 0; i < spec.params.size(); ++i) {
@@ -241,10 +298,15 @@ StatusOr<CompiledTrainStep> CompileTrainStep(Graph graph, const TrainStepSpec& s
       s_in.push_back(*s);
     }
     b.set_layout(state_layouts[i]);
+    ValueId g = grads[i];
+    if (clip.has_value()) {
+      StatusOr<ValueId> c = b.Clipped(g, clip->coef, pv.name);
+      if (!c.ok()) return c.status().WithContext(what + "clipping the gradient of param " + Name(graph, p));
+      g = *c;
+    }
     StatusOr<Update> u = std::holds_alternative<AdamWOptions>(spec.optimizer)
-                             ? b.AdamW(p, grads[i], s_in[0], s_in[1], pv.name)
-                             : b.Sgd(p, grads[i], s_in.empty() ? std::nullopt : std::optional<ValueId>(s_in[0]),
-                                     pv.name);
+                             ? b.AdamW(p, g, s_in[0], s_in[1], pv.name)
+                             : b.Sgd(p, g, s_in.empty() ? std::nullopt : std::optional<ValueId>(s_in[0]), pv.name);
     if (!u.ok()) return u.status().WithContext(what + "update of param " + Name(graph, p));
     states.push_back(std::move(s_in));
     updates.push_back(std::move(*u));
@@ -283,6 +345,11 @@ StatusOr<CompiledTrainStep> CompileTrainStep(Graph graph, const TrainStepSpec& s
     }
     state_outputs.push_back(std::move(so));
   }
+  int norm_output = -1;
+  if (clip.has_value()) {
+    MF_RETURN_IF_ERROR(graph.Annotate(clip->norm, replicated));
+    MF_ASSIGN_OR_RETURN(norm_output, output_index(clip->norm));
+  }
   std::vector<ValueId> batch_inputs;
   std::vector<StepInput> inputs;
   for (ValueId v : graph.inputs()) {
@@ -295,10 +362,9 @@ StatusOr<CompiledTrainStep> CompileTrainStep(Graph graph, const TrainStepSpec& s
   }
   StatusOr<Program> program = Compile(graph, options);
   if (!program.ok()) return program.status().WithContext(what + "compile");
-  return CompiledTrainStep{std::move(*program),  spec.optimizer,         spec.params,
-                           std::move(states),    grads,                  std::move(batch_inputs),
-                           std::move(inputs),    loss_output,            std::move(param_outputs),
-                           std::move(state_outputs)};
+  return CompiledTrainStep{std::move(*program),      spec.optimizer,   spec.params,          std::move(states),
+                           grads,                    std::move(batch_inputs), std::move(inputs), loss_output,
+                           std::move(param_outputs), std::move(state_outputs), spec.max_grad_norm, norm_output};
 }
 
 std::string CompiledTrainStep::ToText() const { return ProgramToText(program) + MemoryReportToText(ReportMemory(program)); }
@@ -377,7 +443,7 @@ StatusOr<double> TrainStepRunner::Step(std::span<const DTensor> batch, MeshComms
       case StepInput::Kind::kScalar: {
         const DType dtype = in.slot == 1 ? DType::kF64 : DType::kF32;
         Tensor v = Tensor::Zeros(dtype, {});
-        v.SetFromDouble(0, ScalarValue(in.index, s.optimizer, lr_, t));
+        v.SetFromDouble(0, ScalarValue(in.index, s, lr_, t));
         MF_ASSIGN_OR_RETURN(DTensor d, DTensor::FromLocal(std::move(v), s.program.input_layouts[k], rank));
         scalars.push_back(std::move(d));  // reserved: pointers stay valid
         inputs.push_back(&scalars.back());
@@ -391,6 +457,7 @@ StatusOr<double> TrainStepRunner::Step(std::span<const DTensor> batch, MeshComms
     params_[i] = std::move(outs[static_cast<size_t>(s.param_outputs[i])]);
     for (size_t k = 0; k < state_[i].size(); ++k) state_[i][k] = std::move(outs[static_cast<size_t>(s.state_outputs[i][k])]);
   }
+  if (s.norm_output >= 0) last_grad_norm_ = outs[static_cast<size_t>(s.norm_output)].local().GetAsDouble(0);
   ++step_count_;
   return loss;
 }

@@ -10,6 +10,11 @@
 //   - the per-step scalars as 0-d replicated inputs, one set per param dtype ("adamw.decay",
 //     "adamw.step_size", "adamw.bc2_sqrt"; "sgd.lr", and with momentum "sgd.buf_decay",
 //     "sgd.grad_scale"; a "_f64" suffix for f64 params), so one program serves every step and lr;
+//   - with TrainStepSpec::max_grad_norm, clipping by the global gradient norm as ordinary ops
+//     (sum of g * g per gradient, their sum, sqrt: the output "grad_norm"; coef = max_norm /
+//     (norm + 1e-6); each gradient times min(coef, 1) on its state layout), as Optimizer::Step's
+//     max_grad_norm; the sums run in the params' dtype, so a clipped step matches the eager one to
+//     rounding (f32: ~1e-7 relative), not bit for bit, and the scalar input "clip.max_norm";
 //   - the update of train/optimizer.h's formulas as ordinary ops in the same order (Scale, Mul,
 //     Add, Sub, Div, Sqrt, AddScalar), so a one-rank compiled step gives the bits of
 //     Optimizer::Step. As there, the update runs on the shards of the state layout: its values
@@ -38,15 +43,16 @@
 //   MF_ASSIGN_OR_RETURN(TrainStepRunner runner, TrainStepRunner::Create(shared, std::move(my_params)));
 //   MF_ASSIGN_OR_RETURN(double loss_value, runner.Step(batch, comms));
 //
-// Not in the compiled step (use train/optimizer.h's eager Optimizer): gradient clipping, bf16
-// params with f32 master weights.
+// Not in the compiled step (use train/optimizer.h's eager Optimizer): bf16 params with f32
+// master weights.
 //
 // Errors. CompileTrainStep (INVALID_ARGUMENT unless noted, naming the value; nothing compiled):
 // no params; a param id that is not a graph param, or listed twice; a param without a layout
 // annotation or annotated with a Partial placement; a param the loss does not depend on (it
 // would get no gradient); state_layouts neither empty nor one per param; a state layout whose
 // global shape or mesh differs from its param's, or with a Partial placement; a loss annotated
-// with a layout that is not fully replicated; bad optimizer options (ValidateOptions); a bf16
+// with a layout that is not fully replicated; bad optimizer options (ValidateOptions); a
+// max_grad_norm that is negative, inf or nan; max_grad_norm with params of different dtypes; a bf16
 // param (UNIMPLEMENTED); AppendBackward's, Graph's (e.g. a state name that is already taken) and
 // Compile's errors. TrainStepRunner::Create (INVALID_ARGUMENT): a null step, a param count other
 // than the step's, a param whose layout or dtype differs from the program's. Step
@@ -80,6 +86,9 @@ struct TrainStepSpec {
   // Empty, or one per param (nullopt: the param's layout).
   std::vector<std::optional<Layout>> state_layouts = {};
   OptimizerOptions optimizer = AdamWOptions{};
+  // Clip the gradients by their global norm before the update, as Optimizer::Step's
+  // StepOptions::max_grad_norm (nullopt: no clipping). Every param must have one dtype.
+  std::optional<double> max_grad_norm = std::nullopt;
 };
 
 // What one graph input of the step is: a batch tensor (index into TrainStepRunner::Step's batch),
@@ -106,6 +115,8 @@ struct CompiledTrainStep {
   int loss_output = -1;
   std::vector<int> param_outputs;               // per param
   std::vector<std::vector<int>> state_outputs;  // per param, per state tensor
+  std::optional<double> max_grad_norm;          // TrainStepSpec::max_grad_norm
+  int norm_output = -1;                         // the global gradient norm ("grad_norm"); -1 without clipping
 
   // The program (ProgramToText) followed by its peak live bytes per rank (ReportMemory).
   std::string ToText() const;
@@ -127,6 +138,9 @@ class TrainStepRunner {
   Status set_lr(double lr);
   double lr() const { return lr_; }
   int64_t step_count() const { return step_count_; }
+  // With max_grad_norm: the global gradient norm of the last Step (before clipping), as
+  // Optimizer::last_grad_norm; nullopt before the first step or without clipping.
+  std::optional<double> last_grad_norm() const { return last_grad_norm_; }
   const std::vector<DTensor>& params() const { return params_; }
   // Per param: its state tensors (the order of CompiledTrainStep::states).
   const std::vector<std::vector<DTensor>>& state() const { return state_; }
@@ -145,6 +159,7 @@ class TrainStepRunner {
   std::vector<std::vector<DTensor>> state_;
   double lr_ = 0;
   int64_t step_count_ = 0;
+  std::optional<double> last_grad_norm_;
 };
 
 }  // namespace meshflow

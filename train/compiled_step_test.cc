@@ -9,12 +9,14 @@
 
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "meshflow/autograd/functions.h"
+#include "meshflow/base/strings.h"
 #include "meshflow/autograd/variable.h"
 #include "meshflow/collectives/dtensor_api.h"
 #include "meshflow/collectives/mesh_comms.h"
@@ -70,10 +72,11 @@ StatusOr<MlpGraph> BuildMlp(const DeviceMesh& mesh, const PlanSpec& plan) {
   return m;
 }
 
-StatusOr<CompiledTrainStep> CompileMlp(const PlanSpec& plan, const OptimizerOptions& options) {
+StatusOr<CompiledTrainStep> CompileMlp(const PlanSpec& plan, const OptimizerOptions& options,
+                                       std::optional<double> clip = std::nullopt) {
   MF_ASSIGN_OR_RETURN(DeviceMesh mesh, DeviceMesh::Create(plan.mesh));
   MF_ASSIGN_OR_RETURN(MlpGraph m, BuildMlp(mesh, plan));
-  TrainStepSpec spec{m.loss, m.params, {}, options};
+  TrainStepSpec spec{m.loss, m.params, {}, options, clip};
   for (size_t i = 0; i < plan.state.size(); ++i) {
     std::optional<Layout> l;
     if (plan.state[i]) {
@@ -88,19 +91,21 @@ StatusOr<CompiledTrainStep> CompileMlp(const PlanSpec& plan, const OptimizerOpti
 struct RunOut {
   std::vector<Tensor> params;  // full values after the last step
   std::vector<double> losses;
+  std::vector<double> norms;   // with clipping: the global gradient norm of every step
   OptimizerBytes bytes;        // rank 0
 };
 
 // Runs `steps` compiled steps; lr_at(step) (if set) is applied before each step.
 Status RunCompiled(const PlanSpec& plan, const OptimizerOptions& options, int steps, RunOut* out,
-                   std::shared_ptr<const CompiledTrainStep>* keep = nullptr) {
-  MF_ASSIGN_OR_RETURN(CompiledTrainStep c, CompileMlp(plan, options));
+                   std::shared_ptr<const CompiledTrainStep>* keep = nullptr, std::optional<double> clip = std::nullopt) {
+  MF_ASSIGN_OR_RETURN(CompiledTrainStep c, CompileMlp(plan, options, clip));
   auto step = std::make_shared<const CompiledTrainStep>(std::move(c));
   if (keep != nullptr) *keep = step;
   const DeviceMesh& mesh = step->program.graph.mesh();
   const std::vector<Tensor> init = Init();
   out->params.assign(3, Tensor::Zeros(DType::kF32, {}));
   out->losses.clear();
+  out->norms.clear();
   return WorldOf(mesh.size()).Run([&](Communicator& comm) -> Status {
     MF_ASSIGN_OR_RETURN(MeshComms comms, MeshComms::Create(comm, mesh));
     const int rank = comm.world_rank();
@@ -121,6 +126,7 @@ Status RunCompiled(const PlanSpec& plan, const OptimizerOptions& options, int st
     for (int s = 0; s < steps; ++s) {
       MF_ASSIGN_OR_RETURN(double loss, runner.Step(batch, comms));
       if (rank == 0) out->losses.push_back(loss);
+      if (rank == 0 && runner.last_grad_norm()) out->norms.push_back(*runner.last_grad_norm());
     }
     for (size_t i = 0; i < 3; ++i) {
       MF_ASSIGN_OR_RETURN(Tensor f, FullTensor(runner.params()[i], comms));
@@ -132,11 +138,12 @@ Status RunCompiled(const PlanSpec& plan, const OptimizerOptions& options, int st
 }
 
 // The same steps with eager autograd + Optimizer on one rank.
-Status RunEagerSingle(const OptimizerOptions& options, int steps, RunOut* out) {
+Status RunEagerSingle(const OptimizerOptions& options, int steps, RunOut* out, std::optional<double> clip = std::nullopt) {
   MF_ASSIGN_OR_RETURN(DeviceMesh mesh, DeviceMesh::Create({1}));
   const std::vector<Tensor> init = Init();
   out->params.clear();
   out->losses.clear();
+  out->norms.clear();
   return WorldOf(1).Run([&](Communicator& comm) -> Status {
     MF_ASSIGN_OR_RETURN(MeshComms comms, MeshComms::Create(comm, mesh));
     std::vector<Variable> p;
@@ -167,7 +174,8 @@ Status RunEagerSingle(const OptimizerOptions& options, int steps, RunOut* out) {
       MF_RETURN_IF_ERROR(Backward(loss, comms));
       std::vector<const DTensor*> grads;
       for (const Variable& v : p) grads.push_back(&*v.grad());
-      MF_RETURN_IF_ERROR(opt->Step(grads, comms));
+      MF_RETURN_IF_ERROR(opt->Step(grads, comms, {.max_grad_norm = clip}));
+      if (opt->last_grad_norm()) out->norms.push_back(*opt->last_grad_norm());
       for (Variable& v : p) v.ZeroGrad();
     }
     for (const Variable& v : p) out->params.push_back(v.value().local());
@@ -238,6 +246,53 @@ TEST(CompiledStepTest, TwentyAdamWStepsOnEveryPlanMatchOneRank) {
     for (size_t k = 0; k < got.losses.size(); ++k) EXPECT_NEAR(got.losses[k], want.losses[k], 1e-5) << plan.name << " step " << k;
     EXPECT_LE(MaxDiff(got.params, want.params), 2e-4) << plan.name;
   }
+}
+
+// Clipping by the global norm in the program: the eager optimizer's max_grad_norm to rounding
+// (its sums run in double, the program's in f32) on one rank, and every plan matches one rank.
+TEST(CompiledStepTest, GradientClippingMatchesTheEagerOptimizerAndEveryPlan) {
+  const double clip = 0.05;
+  RunOut eager, single, unclipped;
+  ASSERT_TRUE(RunEagerSingle(Adam(), 10, &eager, clip).ok());
+  std::shared_ptr<const CompiledTrainStep> step;
+  ASSERT_TRUE(RunCompiled(Single(), Adam(), 10, &single, &step, clip).ok());
+  ASSERT_TRUE(RunCompiled(Single(), Adam(), 10, &unclipped).ok());
+  ASSERT_EQ(single.norms.size(), 10u);
+  ASSERT_EQ(eager.norms.size(), 10u);
+  for (size_t k = 0; k < 10; ++k) {
+    EXPECT_NEAR(single.norms[k], eager.norms[k], 1e-6 * eager.norms[k]) << "step " << k;
+    EXPECT_NEAR(single.losses[k], eager.losses[k], 1e-6) << "step " << k;
+  }
+  EXPECT_GT(eager.norms[0], clip);  // clipping is active, and it changes the result
+  EXPECT_LE(MaxDiff(single.params, eager.params), 1e-5);
+  EXPECT_GT(MaxDiff(single.params, unclipped.params), 1e-4);
+  EXPECT_NE(step->ToText().find("grad_norm"), std::string::npos);
+  EXPECT_NE(step->ToText().find("clip.max_norm"), std::string::npos);
+
+  using P = Placements;
+  const std::vector<PlanSpec> plans = {
+      {"ddp-2", {2}, {s0}, {{r}, {r}, {r}}, {}},
+      {"zero1-2", {2}, {s0}, {{r}, {r}, {r}}, {P{s0}, P{s0}, P{s0}}},
+      {"fsdp x tp 2x2", {2, 2}, {s0, r}, {{s0, s1}, {s0, s0}, {s1, s0}}, {}},
+  };
+  for (const PlanSpec& plan : plans) {
+    RunOut got;
+    const Status st = RunCompiled(plan, Adam(), 10, &got, nullptr, clip);
+    ASSERT_TRUE(st.ok()) << plan.name << ": " << st;
+    ASSERT_EQ(got.norms.size(), 10u) << plan.name;
+    for (size_t k = 0; k < 10; ++k) {
+      EXPECT_NEAR(got.norms[k], single.norms[k], 1e-5 * single.norms[k]) << plan.name << " step " << k;
+      EXPECT_NEAR(got.losses[k], single.losses[k], 1e-5) << plan.name << " step " << k;
+    }
+    EXPECT_LE(MaxDiff(got.params, single.params), 1e-4) << plan.name;
+  }
+  // A norm below max_grad_norm leaves the step unchanged (the coefficient is capped at 1).
+  RunOut loose;
+  ASSERT_TRUE(RunCompiled(Single(), Adam(), 3, &loose, nullptr, 1e6).ok());
+  RunOut plain;
+  ASSERT_TRUE(RunCompiled(Single(), Adam(), 3, &plain).ok());
+  EXPECT_EQ(MaxDiff(loose.params, plain.params), 0.0);
+  EXPECT_EQ(loose.losses, plain.losses);
 }
 
 // Collectives of redistributions that move an op result to its annotation (e.g. a new param back
@@ -429,6 +484,19 @@ TEST(CompiledStepTest, BadSpecsAreRefusedNamingTheValue) {
               StatusCode::kInvalidArgument, "the loss 'w1' does not depend on param 'b1'");
   ExpectError([](MlpGraph&, TrainStepSpec& s) { s.loss = 999; return Status::Ok(); }, StatusCode::kInvalidArgument,
               "loss id 999");
+  for (double bad : {-1.0, std::numeric_limits<double>::infinity(), std::nan("")}) {
+    ExpectError([bad](MlpGraph&, TrainStepSpec& s) { s.max_grad_norm = bad; return Status::Ok(); },
+                StatusCode::kInvalidArgument, "max_grad_norm " + DoubleString(bad) + " must be >= 0 and finite");
+  }
+  ExpectError(
+      [](MlpGraph& m, TrainStepSpec& s) {
+        MF_ASSIGN_OR_RETURN(ValueId w, m.g.Param("w64", {4}, DType::kF64));
+        MF_RETURN_IF_ERROR(m.g.Annotate(w, "R"));
+        s.params.push_back(w);
+        s.max_grad_norm = 1.0;
+        return Status::Ok();
+      },
+      StatusCode::kInvalidArgument, "gradient clipping needs every param in one dtype; param 'w64' is f64");
   // bf16 params: master weights live in the eager optimizer only.
   const DeviceMesh mesh = DeviceMesh::Create({1}).value();
   Graph g(mesh);

@@ -9,6 +9,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "meshflow/base/strings.h"
 #include "meshflow/collectives/dtensor_api.h"
 #include "meshflow/dtensor/dtype.h"
 #include "meshflow/dtensor/placement.h"
@@ -17,17 +18,7 @@ namespace meshflow {
 
 namespace {
 
-std::string Num(double v) {
-  // Shortest round-trip text of a double ("0.001", "nan", "inf", "-1").
-  if (std::isnan(v)) return "nan";
-  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
-  char buf[64];
-  for (int prec = 1; prec <= 17; ++prec) {
-    std::snprintf(buf, sizeof(buf), "%.*g", prec, v);
-    if (std::strtod(buf, nullptr) == v) break;
-  }
-  return buf;
-}
+std::string Num(double v) { return DoubleString(v); }
 
 std::string ShapeString(const std::vector<int64_t>& shape) {
   std::string s = "[";
