@@ -147,6 +147,45 @@ T ApplyBinary(BinaryOp op, T x, T y) {
   return x;
 }
 
+// How an operand of shape `s` broadcasts against `out` in the two common non-trivial patterns:
+// kRow: `s` is out's trailing dims (bias [D] against [B, T, D]), the same `inner` elements for
+// each of `outer` rows; kCol: `s` is out's leading dims followed by ones (a keepdim statistic
+// [B, T, 1] against [B, T, D]), one element per row of `inner`. kNone otherwise.
+struct BroadcastRun {
+  enum class Kind { kNone, kRow, kCol };
+  Kind kind = Kind::kNone;
+  int64_t outer = 0, inner = 0;
+};
+
+BroadcastRun RunOf(std::span<const int64_t> s, std::span<const int64_t> out) {
+  if (s.size() > out.size()) return {};
+  const size_t lead = out.size() - s.size();
+  auto dim = [&](size_t d) { return d < lead ? int64_t{1} : s[d - lead]; };
+  int64_t total = 1;
+  for (int64_t o : out) total *= o;
+  // kRow: dims [0, k) of s are 1, dims [k, R) equal out's.
+  size_t k = out.size();
+  while (k > 0 && dim(k - 1) == out[k - 1]) --k;
+  bool ones = true;
+  for (size_t d = 0; d < k; ++d) ones = ones && dim(d) == 1;
+  if (ones && total > 0) {
+    int64_t inner = 1;
+    for (size_t d = k; d < out.size(); ++d) inner *= out[d];
+    return {BroadcastRun::Kind::kRow, total / inner, inner};
+  }
+  // kCol: dims [0, k) equal out's, dims [k, R) are 1.
+  k = 0;
+  while (k < out.size() && dim(k) == out[k]) ++k;
+  ones = true;
+  for (size_t d = k; d < out.size(); ++d) ones = ones && dim(d) == 1;
+  if (ones && total > 0) {
+    int64_t outer = 1;
+    for (size_t d = 0; d < k; ++d) outer *= out[d];
+    return {BroadcastRun::Kind::kCol, outer, total / outer};
+  }
+  return {};
+}
+
 // out = a (op) b with `kOp` fixed at compile time, so the element loops below have no branch
 // and vectorize. Fast paths: both operands of the output's shape, or one of them a single
 // element; otherwise the general broadcast walk. Every element is written (no zero-fill).
@@ -165,6 +204,30 @@ Tensor BinaryFixed(const Tensor& a, const Tensor& b, const std::vector<int64_t>&
   } else if (b.shape() == out_shape && a.NumElements() == 1) {
     const T x = pa[0];
     for (int64_t i = 0; i < n; ++i) pc[i] = ApplyBinary(kOp, x, pb[i]);
+  } else if (const BroadcastRun rb = a.shape() == out_shape ? RunOf(b.shape(), out_shape) : BroadcastRun{};
+             rb.kind != BroadcastRun::Kind::kNone) {
+    for (int64_t o = 0; o < rb.outer; ++o) {
+      const T* ra = pa + o * rb.inner;
+      T* rc = pc + o * rb.inner;
+      if (rb.kind == BroadcastRun::Kind::kRow) {
+        for (int64_t j = 0; j < rb.inner; ++j) rc[j] = ApplyBinary(kOp, ra[j], pb[j]);
+      } else {
+        const T y = pb[o];
+        for (int64_t j = 0; j < rb.inner; ++j) rc[j] = ApplyBinary(kOp, ra[j], y);
+      }
+    }
+  } else if (const BroadcastRun ra = b.shape() == out_shape ? RunOf(a.shape(), out_shape) : BroadcastRun{};
+             ra.kind != BroadcastRun::Kind::kNone) {
+    for (int64_t o = 0; o < ra.outer; ++o) {
+      const T* rb = pb + o * ra.inner;
+      T* rc = pc + o * ra.inner;
+      if (ra.kind == BroadcastRun::Kind::kRow) {
+        for (int64_t j = 0; j < ra.inner; ++j) rc[j] = ApplyBinary(kOp, pa[j], rb[j]);
+      } else {
+        const T x = pa[o];
+        for (int64_t j = 0; j < ra.inner; ++j) rc[j] = ApplyBinary(kOp, x, rb[j]);
+      }
+    }
   } else {
     ForEachBroadcast(out_shape, BroadcastStrides(a.shape(), out_shape), BroadcastStrides(b.shape(), out_shape),
                      [&](int64_t i, int64_t oa, int64_t ob) { pc[i] = ApplyBinary(kOp, pa[oa], pb[ob]); });
@@ -281,23 +344,53 @@ Tensor ReduceT(ReduceKind kind, const Tensor& x, const std::vector<int>& dims, b
   }
   const Acc init = kind == ReduceKind::kMax ? lo : kind == ReduceKind::kMin ? hi : Acc(0);
   std::vector<Acc> acc(static_cast<size_t>(n_out), init);
-  const auto px = x.data<T>();
-  const std::vector<int64_t> zeros(static_cast<size_t>(rank), 0);
-  ForEachBroadcast(x.shape(), ost, zeros, [&](int64_t i, int64_t o, int64_t) {
-    const Acc v = static_cast<Acc>(px[i]);
-    Acc& a = acc[o];
-    if (kind == ReduceKind::kMax) {
-      a = std::max(a, v);
-    } else if (kind == ReduceKind::kMin) {
-      a = std::min(a, v);
-    } else {
-      if constexpr (std::is_integral_v<T>) {
-        a = static_cast<Acc>(static_cast<uint64_t>(a) + static_cast<uint64_t>(v));  // wraps, no UB
-      } else {
-        a += v;
+  const T* px = x.data<T>().data();
+  // Reduced dims that are a suffix (rows of `inner` consecutive elements, e.g. the last dim) or a
+  // prefix (whole slabs added into the output, e.g. a bias gradient) run as plain loops; other
+  // patterns walk the multi-index. Every output folds its inputs in row-major order either way,
+  // so all three give the same bits.
+  int suffix_from = rank, prefix_to = 0;
+  while (suffix_from > 0 && reduced[static_cast<size_t>(suffix_from - 1)]) --suffix_from;
+  while (prefix_to < rank && reduced[static_cast<size_t>(prefix_to)]) ++prefix_to;
+  bool suffix = true, prefix = true;
+  for (int d = 0; d < rank; ++d) {
+    if (reduced[static_cast<size_t>(d)] && d < suffix_from) suffix = false;
+    if (reduced[static_cast<size_t>(d)] && d >= prefix_to) prefix = false;
+  }
+  const int64_t total = x.NumElements();
+  auto run = [&](auto combine) {
+    if (total == 0) return;
+    if (suffix) {
+      const int64_t inner = total / n_out;
+      for (int64_t o = 0; o < n_out; ++o) {
+        Acc a = acc[static_cast<size_t>(o)];
+        const T* row = px + o * inner;
+        for (int64_t j = 0; j < inner; ++j) a = combine(a, static_cast<Acc>(row[j]));
+        acc[static_cast<size_t>(o)] = a;
       }
+    } else if (prefix) {
+      const int64_t outer = total / n_out;
+      Acc* pa = acc.data();
+      for (int64_t o = 0; o < outer; ++o) {
+        const T* slab = px + o * n_out;
+        for (int64_t j = 0; j < n_out; ++j) pa[j] = combine(pa[j], static_cast<Acc>(slab[j]));
+      }
+    } else {
+      const std::vector<int64_t> zeros(static_cast<size_t>(rank), 0);
+      ForEachBroadcast(x.shape(), ost, zeros, [&](int64_t i, int64_t o, int64_t) {
+        acc[static_cast<size_t>(o)] = combine(acc[static_cast<size_t>(o)], static_cast<Acc>(px[i]));
+      });
     }
-  });
+  };
+  if (kind == ReduceKind::kMax) {
+    run([](Acc a, Acc v) { return std::max(a, v); });
+  } else if (kind == ReduceKind::kMin) {
+    run([](Acc a, Acc v) { return std::min(a, v); });
+  } else if constexpr (std::is_integral_v<T>) {
+    run([](Acc a, Acc v) { return static_cast<Acc>(static_cast<uint64_t>(a) + static_cast<uint64_t>(v)); });  // wraps
+  } else {
+    run([](Acc a, Acc v) { return a + v; });
+  }
   if constexpr (!std::is_integral_v<T>) {
     if (kind == ReduceKind::kMean) {
       int64_t count = 1;
@@ -306,9 +399,9 @@ Tensor ReduceT(ReduceKind kind, const Tensor& x, const std::vector<int>& dims, b
       for (double& a : acc) a /= div;
     }
   }
-  Tensor y = Tensor::Zeros(DTypeOf<T>::value, out_shape);
+  Tensor y = Tensor::Uninitialized(DTypeOf<T>::value, out_shape);
   auto py = y.data<T>();
-  for (int64_t i = 0; i < n_out; ++i) py[i] = static_cast<T>(acc[i]);
+  for (int64_t i = 0; i < n_out; ++i) py[i] = static_cast<T>(acc[static_cast<size_t>(i)]);
   return y;
 }
 
@@ -830,28 +923,42 @@ StatusOr<Tensor> WhereKernel(const Tensor& cond, const Tensor& a, const Tensor& 
   MF_ASSIGN_OR_RETURN(std::vector<int64_t> ab, BroadcastShapes("where", a.shape(), b.shape()));
   MF_ASSIGN_OR_RETURN(std::vector<int64_t> out, BroadcastShapes("where", cond.shape(), ab));
   const std::vector<double> vc = Doubles(cond);
-  // Select element bytes (exact for every dtype).
-  Tensor y = Tensor::Zeros(a.dtype(), out);
-  const int64_t es = DTypeSize(a.dtype());
+  // Select elements (exact for every dtype), walking the three broadcast operands with
+  // incremental offsets.
+  Tensor y = Tensor::Uninitialized(a.dtype(), out);
   const std::vector<int64_t> sc = BroadcastStrides(cond.shape(), out), sa = BroadcastStrides(a.shape(), out),
                              sb = BroadcastStrides(b.shape(), out);
-  // Three strided operands: walk the multi-index and recompute the offsets.
-  int64_t total = 1;
-  for (int64_t s : out) total *= s;
-  std::vector<int64_t> idx(out.size(), 0);
-  for (int64_t i = 0; i < total; ++i) {
+  auto select = [&](auto tag) {
+    using E = decltype(tag);
+    // Element copies of a constant size (one move each; memcpy keeps the access type-safe).
+    const std::byte* pa = a.raw();
+    const std::byte* pb = b.raw();
+    std::byte* py = y.raw();
+    constexpr size_t es = sizeof(E);
+    int64_t total = 1;
+    for (int64_t s : out) total *= s;
+    if (total == 0) return;
+    std::vector<int64_t> idx(out.size(), 0);
     int64_t oc = 0, oa = 0, ob = 0;
-    for (size_t d = 0; d < out.size(); ++d) {
-      oc += idx[d] * sc[d];
-      oa += idx[d] * sa[d];
-      ob += idx[d] * sb[d];
+    for (int64_t i = 0; i < total; ++i) {
+      const std::byte* src = vc[static_cast<size_t>(oc)] != 0 ? pa + oa * static_cast<int64_t>(es) : pb + ob * static_cast<int64_t>(es);
+      std::memcpy(py + i * static_cast<int64_t>(es), src, es);
+      for (size_t d = out.size(); d-- > 0;) {
+        oc += sc[d];
+        oa += sa[d];
+        ob += sb[d];
+        if (++idx[d] < out[d]) break;
+        oc -= sc[d] * out[d];
+        oa -= sa[d] * out[d];
+        ob -= sb[d] * out[d];
+        idx[d] = 0;
+      }
     }
-    const std::byte* src = vc[oc] != 0 ? a.raw() + oa * es : b.raw() + ob * es;
-    std::memcpy(y.raw() + i * es, src, static_cast<size_t>(es));
-    for (size_t d = out.size(); d-- > 0;) {
-      if (++idx[d] < out[d]) break;
-      idx[d] = 0;
-    }
+  };
+  switch (DTypeSize(a.dtype())) {
+    case 2: select(uint16_t{}); break;
+    case 4: select(uint32_t{}); break;
+    default: select(uint64_t{}); break;
   }
   return y;
 }

@@ -113,6 +113,67 @@ TEST(ReduceKernel, SumMeanMaxMin) {
             "reduce: dim 2 out of range for shape [2,3]");
 }
 
+// The loop fast paths (reduced suffix / prefix, row / column broadcasting, where with broadcast
+// operands) against naive row-major references: the same bits, since every output folds the same
+// inputs in the same order.
+TEST(KernelFastPaths, MatchNaiveReferencesBitForBit) {
+  const Tensor x = GlobalFor(DType::kF32, {3, 4, 5}, 11);
+  auto at = [&](int64_t i, int64_t j, int64_t k) { return static_cast<double>(x.data<float>()[(i * 4 + j) * 5 + k]); };
+  for (const std::vector<int>& dims : std::vector<std::vector<int>>{{2}, {1, 2}, {0}, {0, 1}, {1}, {0, 2}, {0, 1, 2}}) {
+    bool red[3] = {false, false, false};
+    for (int d : dims) red[d] = true;
+    std::vector<int64_t> shape;
+    for (int d = 0; d < 3; ++d) {
+      if (!red[d]) shape.push_back(x.shape()[static_cast<size_t>(d)]);
+    }
+    Tensor want = Tensor::Zeros(DType::kF32, shape), want_max = Tensor::Zeros(DType::kF32, shape);
+    std::vector<double> acc(static_cast<size_t>(want.NumElements()), 0.0);
+    std::vector<double> mx(acc.size(), -INFINITY);
+    for (int64_t i = 0; i < 3; ++i) {
+      for (int64_t j = 0; j < 4; ++j) {
+        for (int64_t k = 0; k < 5; ++k) {
+          int64_t o = 0;
+          const int64_t idx[3] = {i, j, k};
+          for (int d = 0; d < 3; ++d) {
+            if (!red[d]) o = o * x.shape()[static_cast<size_t>(d)] + idx[d];
+          }
+          acc[static_cast<size_t>(o)] += at(i, j, k);
+          mx[static_cast<size_t>(o)] = std::max(mx[static_cast<size_t>(o)], at(i, j, k));
+        }
+      }
+    }
+    for (size_t o = 0; o < acc.size(); ++o) {
+      want.data<float>()[o] = static_cast<float>(acc[o]);
+      want_max.data<float>()[o] = static_cast<float>(mx[o]);
+    }
+    EXPECT_EQ(*ReduceKernel(ReduceKind::kSum, x, dims, false), want) << dims.size() << " dims from " << dims[0];
+    EXPECT_EQ(*ReduceKernel(ReduceKind::kMax, x, dims, false), want_max) << dims.size() << " dims from " << dims[0];
+  }
+  for (const std::vector<int64_t>& bs : std::vector<std::vector<int64_t>>{{5}, {4, 5}, {3, 4, 1}, {3, 1, 1}, {1, 4, 5}, {4, 1}}) {
+    const Tensor b = GlobalFor(DType::kF32, bs, 12, 0.5);
+    std::vector<int64_t> full = bs;
+    while (full.size() < 3) full.insert(full.begin(), 1);
+    Tensor want_ab = Tensor::Zeros(DType::kF32, {3, 4, 5}), want_ba = want_ab, want_w = want_ab;
+    for (int64_t i = 0; i < 3; ++i) {
+      for (int64_t j = 0; j < 4; ++j) {
+        for (int64_t k = 0; k < 5; ++k) {
+          const int64_t bi = ((full[0] == 1 ? 0 : i) * full[1] + (full[1] == 1 ? 0 : j)) * full[2] + (full[2] == 1 ? 0 : k);
+          const float xa = x.data<float>()[(i * 4 + j) * 5 + k], xb = b.data<float>()[bi];
+          want_ab.data<float>()[(i * 4 + j) * 5 + k] = xa - xb;
+          want_ba.data<float>()[(i * 4 + j) * 5 + k] = xb / xa;
+          want_w.data<float>()[(i * 4 + j) * 5 + k] = xb > 0 ? xa : -1.0f;
+        }
+      }
+    }
+    EXPECT_EQ(*BinaryKernel(BinaryOp::kSub, x, b), want_ab) << bs.size();
+    EXPECT_EQ(*BinaryKernel(BinaryOp::kDiv, b, x), want_ba) << bs.size();
+    // where(b > 0, x, -1): cond broadcast from b's shape, b a scalar.
+    const Tensor cond = *CompareKernel(CompareOp::kGt, b, Tensor::Zeros(DType::kF32, {}));
+    const Tensor minus = *Tensor::FromVector<float>({}, {-1});
+    EXPECT_EQ(*WhereKernel(cond, x, minus), want_w) << bs.size();
+  }
+}
+
 TEST(SoftmaxKernel, StableAndLog) {
   // Large logits: a naive exp overflows; the stable form gives the exact shifted result.
   Tensor x = *Tensor::FromVector<float>({2, 3}, {1000, 1001, 1002, -5, 0, 5});
