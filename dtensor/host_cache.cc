@@ -32,7 +32,7 @@ int64_t InitialLimit() {
     const long long mb = std::strtoll(env, &end, 10);
     if (end != env && *end == '\0' && mb >= 0 && mb < (int64_t{1} << 40)) return mb << 20;
   }
-  return kAsan ? 0 : kDefaultLimit;
+  return HostCacheDefaultLimit();
 }
 
 struct Cache {
@@ -68,6 +68,8 @@ void TrimLocked(Cache& c, int64_t keep) {
 }
 
 }  // namespace
+
+int64_t HostCacheDefaultLimit() { return kAsan ? 0 : kDefaultLimit; }
 
 HostCacheStats GetHostCacheStats() {
   Cache& c = TheCache();

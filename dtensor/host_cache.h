@@ -35,6 +35,9 @@ struct HostCacheStats {
 };
 
 HostCacheStats GetHostCacheStats();
+// The limit a process starts with when MESHFLOW_HOST_CACHE_MB is not set: 1 GiB, or 0 in a build
+// with AddressSanitizer.
+int64_t HostCacheDefaultLimit();
 // Frees every cached block (blocks in use are not affected).
 void ReleaseHostCache();
 // Sets the limit (bytes; < 0 is taken as 0) and frees cached blocks above it.

@@ -186,6 +186,23 @@ BroadcastRun RunOf(std::span<const int64_t> s, std::span<const int64_t> out) {
   return {};
 }
 
+// out = full (op) broadcast (or broadcast (op) full with kBroadcastFirst), `full` of the output's
+// shape and `bc` broadcasting as `r` says.
+template <BinaryOp kOp, typename T, bool kBroadcastFirst>
+void BinaryRuns(const T* full, const T* bc, T* out, const BroadcastRun& r) {
+  auto apply = [](T f, T b) { return kBroadcastFirst ? ApplyBinary(kOp, b, f) : ApplyBinary(kOp, f, b); };
+  for (int64_t o = 0; o < r.outer; ++o) {
+    const T* rf = full + o * r.inner;
+    T* rc = out + o * r.inner;
+    if (r.kind == BroadcastRun::Kind::kRow) {
+      for (int64_t j = 0; j < r.inner; ++j) rc[j] = apply(rf[j], bc[j]);
+    } else {
+      const T b = bc[o];
+      for (int64_t j = 0; j < r.inner; ++j) rc[j] = apply(rf[j], b);
+    }
+  }
+}
+
 // out = a (op) b with `kOp` fixed at compile time, so the element loops below have no branch
 // and vectorize. Fast paths: both operands of the output's shape, or one of them a single
 // element; otherwise the general broadcast walk. Every element is written (no zero-fill).
@@ -206,28 +223,10 @@ Tensor BinaryFixed(const Tensor& a, const Tensor& b, const std::vector<int64_t>&
     for (int64_t i = 0; i < n; ++i) pc[i] = ApplyBinary(kOp, x, pb[i]);
   } else if (const BroadcastRun rb = a.shape() == out_shape ? RunOf(b.shape(), out_shape) : BroadcastRun{};
              rb.kind != BroadcastRun::Kind::kNone) {
-    for (int64_t o = 0; o < rb.outer; ++o) {
-      const T* ra = pa + o * rb.inner;
-      T* rc = pc + o * rb.inner;
-      if (rb.kind == BroadcastRun::Kind::kRow) {
-        for (int64_t j = 0; j < rb.inner; ++j) rc[j] = ApplyBinary(kOp, ra[j], pb[j]);
-      } else {
-        const T y = pb[o];
-        for (int64_t j = 0; j < rb.inner; ++j) rc[j] = ApplyBinary(kOp, ra[j], y);
-      }
-    }
+    BinaryRuns<kOp, T, /*kBroadcastFirst=*/false>(pa, pb, pc, rb);
   } else if (const BroadcastRun ra = b.shape() == out_shape ? RunOf(a.shape(), out_shape) : BroadcastRun{};
              ra.kind != BroadcastRun::Kind::kNone) {
-    for (int64_t o = 0; o < ra.outer; ++o) {
-      const T* rb = pb + o * ra.inner;
-      T* rc = pc + o * ra.inner;
-      if (ra.kind == BroadcastRun::Kind::kRow) {
-        for (int64_t j = 0; j < ra.inner; ++j) rc[j] = ApplyBinary(kOp, pa[j], rb[j]);
-      } else {
-        const T x = pa[o];
-        for (int64_t j = 0; j < ra.inner; ++j) rc[j] = ApplyBinary(kOp, x, rb[j]);
-      }
-    }
+    BinaryRuns<kOp, T, /*kBroadcastFirst=*/true>(pb, pa, pc, ra);
   } else {
     ForEachBroadcast(out_shape, BroadcastStrides(a.shape(), out_shape), BroadcastStrides(b.shape(), out_shape),
                      [&](int64_t i, int64_t oa, int64_t ob) { pc[i] = ApplyBinary(kOp, pa[oa], pb[ob]); });
