@@ -74,6 +74,27 @@ struct RecvSpec {
   int64_t count = 0;
 };
 
+// A block of a buffer seen as `rows` runs of `run` elements, the runs `stride` elements apart, the
+// first at element `offset`: rows * run elements in that (row-major) order. A dense block is
+// {offset, 1, count, count}.
+struct StridedBlock {
+  int64_t offset = 0;
+  int64_t rows = 0;
+  int64_t run = 0;
+  int64_t stride = 0;
+  int64_t count() const { return rows * run; }
+  // Elements from `offset` to one past the last element of the block (0 when empty).
+  int64_t extent() const { return count() == 0 ? 0 : (rows - 1) * stride + run; }
+};
+
+// InvalidArgument naming `what` (e.g. "send_blocks[2]") unless the block's fields are >= 0 and its
+// runs do not overlap (rows <= 1 or run <= stride).
+Status CheckStridedBlock(const StridedBlock& b, const std::string& what);
+
+// Copies the elements of block `from` of `src` into block `to` of `dst`, in order (from.count()
+// must equal to.count(); es = bytes per element). Runs of different lengths are fine.
+void CopyStridedBlock(const void* src, const StridedBlock& from, void* dst, const StridedBlock& to, int64_t es);
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -104,6 +125,20 @@ class Communicator {
   virtual Status AllToAllV(const void* send, std::span<const int64_t> send_counts, void* recv,
                            std::span<const int64_t> recv_counts, DType dtype,
                            CallerSite where = CallerSite::Here(__builtin_FILE(), __builtin_LINE())) = 0;
+  // AllToAllV on strided blocks: this rank sends send_blocks[s] of `send` to rank s and receives
+  // the block from rank s into recv_blocks[s] of `recv` (counts: send_blocks[s].count() must equal
+  // rank s's recv_blocks[me].count(), checked as AllToAllV's). Blocks of `recv` must not overlap
+  // each other. Lets a caller exchange the strided pieces of a tensor (e.g. the column blocks of
+  // S(0) -> S(1)) without packing them. Where strided_all_to_all_is_direct(), each element is
+  // copied once, from the sender's block straight into the receiver's (the threads backend); the
+  // base version packs the send blocks into a temporary, calls AllToAllV and unpacks (every
+  // backend; it allocates the two temporaries per call).
+  // Errors: AllToAllV's, and InvalidArgument for a block with negative fields or run > stride
+  // with rows > 1.
+  virtual Status AllToAllStrided(const void* send, std::span<const StridedBlock> send_blocks, void* recv,
+                                 std::span<const StridedBlock> recv_blocks, DType dtype,
+                                 CallerSite where = CallerSite::Here(__builtin_FILE(), __builtin_LINE()));
+  virtual bool strided_all_to_all_is_direct() const { return false; }
   // buffer on `root` is copied to every rank's buffer.
   virtual Status Broadcast(void* buffer, int64_t count, DType dtype, int root,
                            CallerSite where = CallerSite::Here(__builtin_FILE(), __builtin_LINE())) = 0;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <sstream>
 #include <type_traits>
 
@@ -64,6 +65,32 @@ bool BlocksTileInOrder(std::span<const Box> blocks, const Box& outer) {
     next += b.NumElements();
   }
   return next == outer.NumElements();
+}
+
+// `piece` (inside `outer`, both global boxes) as a strided block of `outer`'s row-major buffer,
+// when it is one: runs of its innermost partial dim (and the full dims inside it), repeated along at
+// most one other dim. Otherwise nullopt (then it is packed).
+std::optional<StridedBlock> StridedView(const Box& piece, const Box& outer) {
+  if (piece.empty()) return StridedBlock{};
+  const int d = piece.rank();
+  int64_t flat = 0;
+  for (int x = 0; x < d; ++x) flat = flat * outer.shape[x] + (piece.offset[x] - outer.offset[x]);
+  int e = d - 1;
+  int64_t inner = 1;  // elements of outer per index of dim e
+  while (e >= 0 && piece.shape[e] == outer.shape[e]) inner *= outer.shape[e--];
+  if (e < 0) return StridedBlock{flat, 1, inner, inner};
+  const int64_t run = piece.shape[e] * inner;
+  int64_t stride = inner * outer.shape[e];
+  int j = e - 1;
+  while (j >= 0 && piece.shape[j] == 1) stride *= outer.shape[j--];
+  if (j < 0) return StridedBlock{flat, 1, run, run};
+  for (int x = 0; x < j; ++x) {
+    if (piece.shape[x] != 1) return std::nullopt;
+  }
+  // stride now spans dims j+1.. of outer: one step of dim j.
+  const int64_t rows = piece.shape[j];
+  if (stride == run) return StridedBlock{flat, 1, rows * run, rows * run};
+  return StridedBlock{flat, rows, run, stride};
 }
 
 int64_t SumOf(std::span<const int64_t> v) {
@@ -219,6 +246,35 @@ Status RunAllToAll(const PlanStep& step, MeshComms& comms, Tensor& local, int ra
   }
   BufferPool& pool = comms.buffers();
   const int64_t es = DTypeSize(local.dtype());
+  const int64_t covered = SumOf(recv_counts);
+  // Checked after the exchange, so that every member still takes part in it.
+  auto check_covered = [&]() -> Status {
+    if (covered == to_box.NumElements()) return Status();
+    return InternalError("all_to_all: group pieces cover " + std::to_string(covered) + " of the " +
+                         std::to_string(to_box.NumElements()) + " elements of target box " + to_box.ToString());
+  };
+  // A backend that reads its peers' memory (threads) copies every piece once, from the sender's
+  // tensor straight into the receiver's, when every piece is a strided block of its tensor.
+  if (g.comm->strided_all_to_all_is_direct()) {
+    std::vector<StridedBlock> send_views, recv_views;
+    bool strided = true;
+    for (size_t q = 0; q < send_pieces.size() && strided; ++q) {
+      const std::optional<StridedBlock> sv = StridedView(send_pieces[q], from_box);
+      const std::optional<StridedBlock> rv = StridedView(recv_pieces[q], to_box);
+      strided = sv.has_value() && rv.has_value();
+      if (strided) {
+        send_views.push_back(*sv);
+        recv_views.push_back(*rv);
+      }
+    }
+    if (strided) {
+      Tensor out = TakeUninitialized(pool, local.dtype(), to_box.shape);  // the pieces cover it
+      MF_RETURN_IF_ERROR(g.comm->AllToAllStrided(local.raw(), send_views, out.raw(), recv_views, local.dtype()));
+      MF_RETURN_IF_ERROR(check_covered());
+      Replace(pool, local, std::move(out));
+      return Status();
+    }
+  }
   // Blocks that lie back to back in `local` (e.g. S(1) -> S(0)) are sent from it directly;
   // otherwise they are packed into a pooled buffer, which the pieces fill.
   const bool send_in_place = BlocksTileInOrder(send_pieces, from_box);
@@ -230,11 +286,9 @@ Status RunAllToAll(const PlanStep& step, MeshComms& comms, Tensor& local, int ra
       if (!piece.empty()) spos += PackPiece(local, from_box, piece, send.data() + spos);
     }
   }
-  const int64_t covered = SumOf(recv_counts);
   // The received pieces are disjoint (the members' source shards are); when they add up to the
-  // target box they cover it, and out needs no zero-fill. (Otherwise the step fails below.)
-  Tensor out = covered == to_box.NumElements() ? TakeUninitialized(pool, local.dtype(), to_box.shape)
-                                               : TakeZeros(pool, local.dtype(), to_box.shape);
+  // target box they cover it, and out needs no zero-fill (otherwise the step fails below).
+  Tensor out = TakeUninitialized(pool, local.dtype(), to_box.shape);
   // Pieces that lie back to back in the target box (e.g. S(0) -> S(1)) are received in place.
   const bool recv_in_place = BlocksTileInOrder(recv_pieces, to_box);
   TensorBuffer recv;
@@ -249,10 +303,7 @@ Status RunAllToAll(const PlanStep& step, MeshComms& comms, Tensor& local, int ra
       pos += recv_counts[q] * es;
     }
   }
-  if (covered != to_box.NumElements()) {
-    return InternalError("all_to_all: group pieces cover " + std::to_string(covered) + " of the " +
-                         std::to_string(to_box.NumElements()) + " elements of target box " + to_box.ToString());
-  }
+  MF_RETURN_IF_ERROR(check_covered());
   pool.Give(std::move(send));
   pool.Give(std::move(recv));
   Replace(pool, local, std::move(out));

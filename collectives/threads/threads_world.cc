@@ -105,12 +105,20 @@ struct Post {
   CollectiveCall call;  // what the members must agree on (collectives/call_check.h)
   const void* send = nullptr;
   void* recv = nullptr;
+  const StridedBlock* send_blocks = nullptr;  // AllToAllStrided: one per member
   int color = 0;
   int key = 0;
   // Published between the mid barrier and the end of the collective.
   const void* staged = nullptr;
   std::shared_ptr<GroupState> new_group;
 };
+
+// Element offset of block `to` in the dense send buffer of an AllToAllV post.
+int64_t SendOffset(const Post& p, int to) {
+  int64_t off = 0;
+  for (int t = 0; t < to; ++t) off += p.call.counts[static_cast<size_t>(t)];
+  return off;
+}
 
 // One pending point-to-point message, owned by the sender's SendRecv frame.
 struct Message {
@@ -446,6 +454,9 @@ class ThreadComm final : public Communicator {
                    CallerSite where) override;
   Status AllToAllV(const void* send, std::span<const int64_t> send_counts, void* recv,
                    std::span<const int64_t> recv_counts, DType dtype, CallerSite where) override;
+  Status AllToAllStrided(const void* send, std::span<const StridedBlock> send_blocks, void* recv,
+                         std::span<const StridedBlock> recv_blocks, DType dtype, CallerSite where) override;
+  bool strided_all_to_all_is_direct() const override { return true; }
   Status Broadcast(void* buffer, int64_t count, DType dtype, int root, CallerSite where) override;
   Status Barrier(CallerSite where) override;
   Status SendRecv(std::span<const SendSpec> sends, std::span<const RecvSpec> recvs, DType dtype) override {
@@ -651,15 +662,73 @@ Status ThreadComm::AllToAllV(const void* send, std::span<const int64_t> send_cou
       [&]() -> Status {
         for (int s = 0; s < size(); ++s) {
           const Post& p = group_->post(s);
-          int64_t src_off = 0;
-          for (int t = 0; t < rank_; ++t) src_off += p.call.counts[static_cast<size_t>(t)];
-          const int64_t bytes = recv_counts[static_cast<size_t>(s)] * es;
-          Copy(At(dst, roff[static_cast<size_t>(s)] * es), At(p.send, src_off * es), bytes);
+          const int64_t count = recv_counts[static_cast<size_t>(s)];
+          const int64_t bytes = count * es;
+          if (p.send_blocks != nullptr) {  // the peer called AllToAllStrided
+            if (count > 0) {
+              CopyStridedBlock(p.send, p.send_blocks[rank_], dst,
+                               StridedBlock{roff[static_cast<size_t>(s)], 1, count, count}, es);
+            }
+          } else {
+            Copy(At(dst, roff[static_cast<size_t>(s)] * es), At(p.send, SendOffset(p, rank_) * es), bytes);
+          }
           if (s != rank_) group_->Count(s, rank_, bytes);
         }
         return Status();
       },
       [&] { out.Finish(); });
+}
+
+// Each receiver copies its blocks straight from the senders' strided blocks (one copy per element).
+// Send and recv regions that overlap go through the base version (pack, AllToAllV, unpack).
+Status ThreadComm::AllToAllStrided(const void* send, std::span<const StridedBlock> send_blocks, void* recv,
+                                   std::span<const StridedBlock> recv_blocks, DType dtype, CallerSite where) {
+  const CallSite site = Site("all_to_all");
+  const size_t n = static_cast<size_t>(size());
+  if (send_blocks.size() != n || recv_blocks.size() != n) {
+    return Communicator::AllToAllStrided(send, send_blocks, recv, recv_blocks, dtype, where);  // names the sizes
+  }
+  std::vector<int64_t> send_counts(n), recv_counts(n);
+  int64_t send_extent = 0, recv_extent = 0;  // elements from the buffer start
+  for (size_t q = 0; q < n; ++q) {
+    MF_RETURN_IF_ERROR(CheckStridedBlock(send_blocks[q], "all_to_all (strided): send_blocks[" + std::to_string(q) + "]"));
+    MF_RETURN_IF_ERROR(CheckStridedBlock(recv_blocks[q], "all_to_all (strided): recv_blocks[" + std::to_string(q) + "]"));
+    send_counts[q] = send_blocks[q].count();
+    recv_counts[q] = recv_blocks[q].count();
+    if (send_counts[q] > 0) send_extent = std::max(send_extent, send_blocks[q].offset + send_blocks[q].extent());
+    if (recv_counts[q] > 0) recv_extent = std::max(recv_extent, recv_blocks[q].offset + recv_blocks[q].extent());
+  }
+  MF_RETURN_IF_ERROR(CheckBuffer(site, "send", send, send_extent));
+  MF_RETURN_IF_ERROR(CheckBuffer(site, "recv", recv, recv_extent));
+  const int64_t es = DTypeSize(dtype);
+  if (Overlap(send, send_extent * es, recv, recv_extent * es)) {
+    return Communicator::AllToAllStrided(send, send_blocks, recv, recv_blocks, dtype, where);
+  }
+  Post post;
+  post.call.kind = CollectiveKind::kAllToAll;
+  post.call.dtype = dtype;
+  post.call.counts = send_counts;
+  post.call.counts2 = recv_counts;
+  post.send = send;
+  post.recv = recv;
+  post.send_blocks = send_blocks.data();
+  return Collective(
+      std::move(post), where,
+      [&]() -> Status {
+        for (int s = 0; s < size(); ++s) {
+          const Post& p = group_->post(s);
+          const size_t q = static_cast<size_t>(s);
+          if (recv_counts[q] == 0) continue;
+          // A peer that called AllToAllV sends its dense block rank_.
+          const StridedBlock from = p.send_blocks != nullptr
+                                        ? p.send_blocks[rank_]
+                                        : StridedBlock{SendOffset(p, rank_), 1, recv_counts[q], recv_counts[q]};
+          CopyStridedBlock(p.send, from, recv, recv_blocks[q], es);
+          if (s != rank_) group_->Count(s, rank_, recv_counts[q] * es);
+        }
+        return Status();
+      },
+      [] {});
 }
 
 Status ThreadComm::Broadcast(void* buffer, int64_t count, DType dtype, int root, CallerSite where) {

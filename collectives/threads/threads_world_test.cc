@@ -349,6 +349,135 @@ TEST(ThreadWorldTest, AllToAllVEvenUnevenAndEmpty) {
   }
 }
 
+// Each rank holds a rows x cols matrix of i32 (value rank * 1000 + row * cols + col) and sends
+// column block q (torch.chunk of cols) to rank q: strided on the send side. Rank q receives the
+// blocks of every rank as (n * rows) x |block q| rows, dense per sender (or, with `padded`, into a
+// recv matrix whose rows are two elements wider: strided on the receive side too).
+Status StridedTranspose(Communicator& c, int64_t rows, int64_t cols, bool padded, bool dense_peer) {
+  const int n = c.size();
+  const int me = c.rank();
+  auto chunk = [&](int q) {  // [begin, end) of column block q
+    const int64_t step = (cols + n - 1) / n;
+    return std::pair<int64_t, int64_t>{std::min(cols, q * step), std::min(cols, (q + 1) * step)};
+  };
+  std::vector<int32_t> send(static_cast<size_t>(rows * cols));
+  for (int64_t i = 0; i < rows * cols; ++i) send[static_cast<size_t>(i)] = static_cast<int32_t>(me * 1000 + i);
+  const auto [mb, me_end] = chunk(me);
+  const int64_t width = me_end - mb, pitch = width + (padded ? 2 : 0);
+  std::vector<int32_t> recv(static_cast<size_t>(n * rows * pitch), -1);
+  std::vector<StridedBlock> sb, rb;
+  std::vector<int64_t> sc, rc;
+  std::vector<int32_t> packed;  // dense_peer: the send blocks back to back
+  for (int q = 0; q < n; ++q) {
+    const auto [b, e] = chunk(q);
+    sb.push_back(StridedBlock{b, e > b ? rows : 0, e - b, cols});
+    rb.push_back(StridedBlock{q * rows * pitch, width > 0 ? rows : 0, width, pitch});
+    sc.push_back(sb.back().count());
+    rc.push_back(rb.back().count());
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t x = b; x < e; ++x) packed.push_back(send[static_cast<size_t>(r * cols + x)]);
+    }
+  }
+  const CallerSite where = CallerSite::Here(__FILE__, __LINE__);  // one call site for either form
+  if (dense_peer && !padded) {
+    MF_RETURN_IF_ERROR(c.AllToAllV(packed.data(), sc, recv.data(), rc, DType::kI32, where));
+  } else {
+    MF_RETURN_IF_ERROR(c.AllToAllStrided(send.data(), sb, recv.data(), rb, DType::kI32, where));
+  }
+  for (int s = 0; s < n; ++s) {
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t x = 0; x < pitch; ++x) {
+        const int32_t got = recv[static_cast<size_t>((s * rows + r) * pitch + x)];
+        const int32_t want = x < width ? static_cast<int32_t>(s * 1000 + r * cols + mb + x) : -1;
+        if (got != want) {
+          return InternalError("rank " + std::to_string(me) + " block from " + std::to_string(s) + " row " +
+                               std::to_string(r) + " col " + std::to_string(x) + ": got " + std::to_string(got) +
+                               ", want " + std::to_string(want));
+        }
+      }
+    }
+  }
+  return Status();
+}
+
+TEST(ThreadWorldTest, AllToAllStridedTransposesColumnBlocks) {
+  for (int n = 1; n <= 4; ++n) {
+    auto world = MakeWorld(n);
+    EXPECT_TRUE(world->Run([&](Communicator& c) -> Status {
+      EXPECT_TRUE(c.strided_all_to_all_is_direct());
+      for (int64_t cols : {8, 10, 3}) {  // even, uneven, fewer columns than ranks (empty blocks)
+        for (bool padded : {false, true}) MF_RETURN_IF_ERROR(StridedTranspose(c, 5, cols, padded, false));
+      }
+      return Status();
+    }).ok());
+  }
+}
+
+// Ranks that call AllToAllV and ranks that call AllToAllStrided in the same collective interoperate.
+TEST(ThreadWorldTest, AllToAllStridedMixesWithAllToAllV) {
+  auto world = MakeWorld(4);
+  Status s = world->Run([&](Communicator& c) -> Status {
+    return StridedTranspose(c, 3, 10, false, /*dense_peer=*/c.rank() % 2 == 0);
+  });
+  EXPECT_TRUE(s.ok()) << s;
+}
+
+// The base version (pack, AllToAllV, unpack) serves overlapping send and recv regions.
+TEST(ThreadWorldTest, AllToAllStridedInPlaceGoesThroughPacking) {
+  auto world = MakeWorld(2);
+  Status s = world->Run([&](Communicator& c) -> Status {
+    const int me = c.rank();
+    // [a0 a1 | b0 b1] rows of 2: rank r keeps column r, swaps the other with its peer.
+    std::vector<int32_t> buf = {me * 10 + 0, me * 10 + 1, me * 10 + 2, me * 10 + 3};
+    const std::vector<StridedBlock> blocks = {StridedBlock{0, 2, 1, 2}, StridedBlock{1, 2, 1, 2}};
+    MF_RETURN_IF_ERROR(c.AllToAllStrided(buf.data(), blocks, buf.data(), blocks, DType::kI32));
+    // Column q of the result comes from rank q's column me.
+    const std::vector<int32_t> want = {0 * 10 + me, 1 * 10 + me, 0 * 10 + 2 + me, 1 * 10 + 2 + me};
+    if (buf != want) return InternalError("in-place strided all_to_all on rank " + std::to_string(me));
+    return Status();
+  });
+  EXPECT_TRUE(s.ok()) << s;
+}
+
+TEST(ThreadWorldTest, AllToAllStridedRejectsBadBlocks) {
+  auto world = MakeWorld(2);
+  PerRank got(2);
+  (void)world->Run([&](Communicator& c) -> Status {
+    std::vector<int32_t> a(16), b(16);
+    const StridedBlock ok{0, 2, 2, 4};
+    const std::vector<StridedBlock> negative = {ok, StridedBlock{0, -1, 2, 4}};
+    const std::vector<StridedBlock> overlapping = {ok, StridedBlock{8, 2, 3, 2}};
+    const std::vector<StridedBlock> one = {ok}, two = {ok, ok};
+    std::vector<Status> out;
+    out.push_back(c.AllToAllStrided(a.data(), negative, b.data(), two, DType::kI32));
+    out.push_back(c.AllToAllStrided(a.data(), two, b.data(), overlapping, DType::kI32));
+    out.push_back(c.AllToAllStrided(a.data(), one, b.data(), two, DType::kI32));
+    for (Status& x : out) {
+      if (x.ok()) return InternalError("a bad block was accepted");
+      if (x.code() != StatusCode::kInvalidArgument) return x;
+    }
+    if (!Contains(out[0], "send_blocks[1] has a negative field (offset 0, rows -1")) return out[0];
+    if (!Contains(out[1], "recv_blocks[1] has overlapping runs: run 3 > stride 2")) return out[1];
+    if (!Contains(out[2], "1 send blocks and 2 recv blocks for a group of 2")) return out[2];
+    got.Set(c.rank(), Status());
+    return Status();
+  });
+  for (const Status& x : got.statuses) EXPECT_TRUE(x.ok()) << x;
+}
+
+TEST(CopyStridedBlockTest, RunsOfDifferentLengths) {
+  // Source: 3 rows of 4 (stride 6) = 12 elements; target: 4 rows of 3 (stride 5).
+  std::vector<int> src(18), dst(20, -1);
+  for (int i = 0; i < 18; ++i) src[static_cast<size_t>(i)] = i;
+  CopyStridedBlock(src.data(), StridedBlock{1, 3, 4, 6}, dst.data(), StridedBlock{2, 4, 3, 5}, sizeof(int));
+  const std::vector<int> seq = {1, 2, 3, 4, 7, 8, 9, 10, 13, 14, 15, 16};
+  std::vector<int> want(20, -1);
+  for (int k = 0; k < 12; ++k) want[static_cast<size_t>(2 + (k / 3) * 5 + k % 3)] = seq[static_cast<size_t>(k)];
+  EXPECT_EQ(dst, want);
+  EXPECT_EQ((StridedBlock{2, 4, 3, 5}).extent(), 18);
+  EXPECT_EQ((StridedBlock{2, 0, 3, 5}).extent(), 0);
+}
+
 TEST(ThreadWorldTest, BroadcastFromEveryRoot) {
   for (int n = 1; n <= 5; ++n) {
     auto world = MakeWorld(n);

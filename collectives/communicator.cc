@@ -1,0 +1,82 @@
+#include "meshflow/collectives/communicator.h"
+
+#include <algorithm>
+#include <cstddef>
+#include <cstring>
+
+namespace meshflow {
+
+Status CheckStridedBlock(const StridedBlock& b, const std::string& what) {
+  if (b.offset < 0 || b.rows < 0 || b.run < 0 || b.stride < 0) {
+    return InvalidArgumentError(what + " has a negative field (offset " + std::to_string(b.offset) + ", rows " +
+                                std::to_string(b.rows) + ", run " + std::to_string(b.run) + ", stride " +
+                                std::to_string(b.stride) + ")");
+  }
+  if (b.rows > 1 && b.run > b.stride) {
+    return InvalidArgumentError(what + " has overlapping runs: run " + std::to_string(b.run) + " > stride " +
+                                std::to_string(b.stride));
+  }
+  return Status();
+}
+
+void CopyStridedBlock(const void* src, const StridedBlock& from, void* dst, const StridedBlock& to, int64_t es) {
+  const auto* s = static_cast<const std::byte*>(src);
+  auto* d = static_cast<std::byte*>(dst);
+  if (from.run == to.run) {  // row by row
+    for (int64_t r = 0; r < from.rows; ++r) {
+      std::memcpy(d + (to.offset + r * to.stride) * es, s + (from.offset + r * from.stride) * es,
+                  static_cast<size_t>(from.run * es));
+    }
+    return;
+  }
+  // Walk both blocks at once, copying the longest piece that stays inside a run of each.
+  int64_t left = from.count();
+  int64_t sr = 0, so = 0, dr = 0, dof = 0;  // row and offset within the row, source and target
+  while (left > 0) {
+    const int64_t n = std::min({from.run - so, to.run - dof, left});
+    std::memcpy(d + (to.offset + dr * to.stride + dof) * es, s + (from.offset + sr * from.stride + so) * es,
+                static_cast<size_t>(n * es));
+    left -= n;
+    if ((so += n) == from.run) so = 0, ++sr;
+    if ((dof += n) == to.run) dof = 0, ++dr;
+  }
+}
+
+Status Communicator::AllToAllStrided(const void* send, std::span<const StridedBlock> send_blocks, void* recv,
+                                     std::span<const StridedBlock> recv_blocks, DType dtype, CallerSite where) {
+  const size_t n = static_cast<size_t>(size());
+  if (send_blocks.size() != n || recv_blocks.size() != n) {
+    return InvalidArgumentError("all_to_all (strided): " + std::to_string(send_blocks.size()) + " send blocks and " +
+                                std::to_string(recv_blocks.size()) + " recv blocks for a group of " +
+                                std::to_string(n));
+  }
+  std::vector<int64_t> send_counts(n), recv_counts(n);
+  for (size_t q = 0; q < n; ++q) {
+    MF_RETURN_IF_ERROR(CheckStridedBlock(send_blocks[q], "all_to_all (strided): send_blocks[" + std::to_string(q) + "]"));
+    MF_RETURN_IF_ERROR(CheckStridedBlock(recv_blocks[q], "all_to_all (strided): recv_blocks[" + std::to_string(q) + "]"));
+    send_counts[q] = send_blocks[q].count();
+    recv_counts[q] = recv_blocks[q].count();
+  }
+  const int64_t es = DTypeSize(dtype);
+  int64_t send_total = 0, recv_total = 0;
+  for (size_t q = 0; q < n; ++q) send_total += send_counts[q], recv_total += recv_counts[q];
+  std::vector<std::byte> packed(static_cast<size_t>(send_total * es)), unpacked(static_cast<size_t>(recv_total * es));
+  int64_t pos = 0;
+  for (size_t q = 0; q < n; ++q) {
+    if (send_counts[q] > 0) {
+      CopyStridedBlock(send, send_blocks[q], packed.data(), StridedBlock{pos, 1, send_counts[q], send_counts[q]}, es);
+    }
+    pos += send_counts[q];
+  }
+  MF_RETURN_IF_ERROR(AllToAllV(packed.data(), send_counts, unpacked.data(), recv_counts, dtype, where));
+  pos = 0;
+  for (size_t q = 0; q < n; ++q) {
+    if (recv_counts[q] > 0) {
+      CopyStridedBlock(unpacked.data(), StridedBlock{pos, 1, recv_counts[q], recv_counts[q]}, recv, recv_blocks[q], es);
+    }
+    pos += recv_counts[q];
+  }
+  return Status();
+}
+
+}  // namespace meshflow
