@@ -253,6 +253,9 @@ Status RunAllToAll(const PlanStep& step, MeshComms& comms, Tensor& local, int ra
     return InternalError("all_to_all: group pieces cover " + std::to_string(covered) + " of the " +
                          std::to_string(to_box.NumElements()) + " elements of target box " + to_box.ToString());
   };
+  // One call site for either form: members whose pieces differ in shape may take different paths
+  // (the threads backend matches a strided post with an AllToAllV post).
+  const CallerSite where = CallerSite::Here(__FILE__, __LINE__);
   // A backend that reads its peers' memory (threads) copies every piece once, from the sender's
   // tensor straight into the receiver's, when every piece is a strided block of its tensor.
   if (g.comm->strided_all_to_all_is_direct()) {
@@ -269,7 +272,7 @@ Status RunAllToAll(const PlanStep& step, MeshComms& comms, Tensor& local, int ra
     }
     if (strided) {
       Tensor out = TakeUninitialized(pool, local.dtype(), to_box.shape);  // the pieces cover it
-      MF_RETURN_IF_ERROR(g.comm->AllToAllStrided(local.raw(), send_views, out.raw(), recv_views, local.dtype()));
+      MF_RETURN_IF_ERROR(g.comm->AllToAllStrided(local.raw(), send_views, out.raw(), recv_views, local.dtype(), where));
       MF_RETURN_IF_ERROR(check_covered());
       Replace(pool, local, std::move(out));
       return Status();
@@ -294,7 +297,8 @@ Status RunAllToAll(const PlanStep& step, MeshComms& comms, Tensor& local, int ra
   TensorBuffer recv;
   if (!recv_in_place) recv = pool.Take(covered * es);  // AllToAllV writes all of it
   MF_RETURN_IF_ERROR(g.comm->AllToAllV(send_in_place ? local.raw() : send.data(), send_counts,
-                                       recv_in_place ? out.raw() : recv.data(), recv_counts, local.dtype()));
+                                       recv_in_place ? out.raw() : recv.data(), recv_counts, local.dtype(),
+                                       where));
   if (!recv_in_place) {
     int64_t pos = 0;
     for (size_t q = 0; q < recv_pieces.size(); ++q) {
