@@ -6,6 +6,7 @@
 
 namespace meshflow {
 
+namespace {
 Status CheckStridedBlock(const StridedBlock& b, const std::string& what) {
   if (b.offset < 0 || b.rows < 0 || b.run < 0 || b.stride < 0) {
     return InvalidArgumentError(what + " has a negative field (offset " + std::to_string(b.offset) + ", rows " +
@@ -15,6 +16,26 @@ Status CheckStridedBlock(const StridedBlock& b, const std::string& what) {
   if (b.rows > 1 && b.run > b.stride) {
     return InvalidArgumentError(what + " has overlapping runs: run " + std::to_string(b.run) + " > stride " +
                                 std::to_string(b.stride));
+  }
+  return Status();
+}
+}  // namespace
+
+Status CheckStridedBlocks(std::span<const StridedBlock> send_blocks, std::span<const StridedBlock> recv_blocks,
+                          int group_size, std::vector<int64_t>& send_counts, std::vector<int64_t>& recv_counts) {
+  const size_t n = static_cast<size_t>(group_size);
+  if (send_blocks.size() != n || recv_blocks.size() != n) {
+    return InvalidArgumentError("all_to_all (strided): " + std::to_string(send_blocks.size()) + " send blocks and " +
+                                std::to_string(recv_blocks.size()) + " recv blocks for a group of " +
+                                std::to_string(n));
+  }
+  send_counts.resize(n);
+  recv_counts.resize(n);
+  for (size_t q = 0; q < n; ++q) {
+    MF_RETURN_IF_ERROR(CheckStridedBlock(send_blocks[q], "all_to_all (strided): send_blocks[" + std::to_string(q) + "]"));
+    MF_RETURN_IF_ERROR(CheckStridedBlock(recv_blocks[q], "all_to_all (strided): recv_blocks[" + std::to_string(q) + "]"));
+    send_counts[q] = send_blocks[q].count();
+    recv_counts[q] = recv_blocks[q].count();
   }
   return Status();
 }
@@ -45,18 +66,8 @@ void CopyStridedBlock(const void* src, const StridedBlock& from, void* dst, cons
 Status Communicator::AllToAllStrided(const void* send, std::span<const StridedBlock> send_blocks, void* recv,
                                      std::span<const StridedBlock> recv_blocks, DType dtype, CallerSite where) {
   const size_t n = static_cast<size_t>(size());
-  if (send_blocks.size() != n || recv_blocks.size() != n) {
-    return InvalidArgumentError("all_to_all (strided): " + std::to_string(send_blocks.size()) + " send blocks and " +
-                                std::to_string(recv_blocks.size()) + " recv blocks for a group of " +
-                                std::to_string(n));
-  }
-  std::vector<int64_t> send_counts(n), recv_counts(n);
-  for (size_t q = 0; q < n; ++q) {
-    MF_RETURN_IF_ERROR(CheckStridedBlock(send_blocks[q], "all_to_all (strided): send_blocks[" + std::to_string(q) + "]"));
-    MF_RETURN_IF_ERROR(CheckStridedBlock(recv_blocks[q], "all_to_all (strided): recv_blocks[" + std::to_string(q) + "]"));
-    send_counts[q] = send_blocks[q].count();
-    recv_counts[q] = recv_blocks[q].count();
-  }
+  std::vector<int64_t> send_counts, recv_counts;
+  MF_RETURN_IF_ERROR(CheckStridedBlocks(send_blocks, recv_blocks, size(), send_counts, recv_counts));
   const int64_t es = DTypeSize(dtype);
   int64_t send_total = 0, recv_total = 0;
   for (size_t q = 0; q < n; ++q) send_total += send_counts[q], recv_total += recv_counts[q];

@@ -87,9 +87,11 @@ struct StridedBlock {
   int64_t extent() const { return count() == 0 ? 0 : (rows - 1) * stride + run; }
 };
 
-// InvalidArgument naming `what` (e.g. "send_blocks[2]") unless the block's fields are >= 0 and its
-// runs do not overlap (rows <= 1 or run <= stride).
-Status CheckStridedBlock(const StridedBlock& b, const std::string& what);
+// AllToAllStrided's argument check, shared by its implementations: one block per member on each
+// side (group_size), every block with fields >= 0 and runs that do not overlap (rows <= 1 or
+// run <= stride); InvalidArgument naming the block otherwise. Fills the element counts per member.
+Status CheckStridedBlocks(std::span<const StridedBlock> send_blocks, std::span<const StridedBlock> recv_blocks,
+                          int group_size, std::vector<int64_t>& send_counts, std::vector<int64_t>& recv_counts);
 
 // Copies the elements of block `from` of `src` into block `to` of `dst`, in order (from.count()
 // must equal to.count(); es = bytes per element). Runs of different lengths are fine.

@@ -684,17 +684,10 @@ Status ThreadComm::AllToAllV(const void* send, std::span<const int64_t> send_cou
 Status ThreadComm::AllToAllStrided(const void* send, std::span<const StridedBlock> send_blocks, void* recv,
                                    std::span<const StridedBlock> recv_blocks, DType dtype, CallerSite where) {
   const CallSite site = Site("all_to_all");
-  const size_t n = static_cast<size_t>(size());
-  if (send_blocks.size() != n || recv_blocks.size() != n) {
-    return Communicator::AllToAllStrided(send, send_blocks, recv, recv_blocks, dtype, where);  // names the sizes
-  }
-  std::vector<int64_t> send_counts(n), recv_counts(n);
+  std::vector<int64_t> send_counts, recv_counts;
+  MF_RETURN_IF_ERROR(CheckStridedBlocks(send_blocks, recv_blocks, size(), send_counts, recv_counts));
   int64_t send_extent = 0, recv_extent = 0;  // elements from the buffer start
-  for (size_t q = 0; q < n; ++q) {
-    MF_RETURN_IF_ERROR(CheckStridedBlock(send_blocks[q], "all_to_all (strided): send_blocks[" + std::to_string(q) + "]"));
-    MF_RETURN_IF_ERROR(CheckStridedBlock(recv_blocks[q], "all_to_all (strided): recv_blocks[" + std::to_string(q) + "]"));
-    send_counts[q] = send_blocks[q].count();
-    recv_counts[q] = recv_blocks[q].count();
+  for (size_t q = 0; q < send_counts.size(); ++q) {
     if (send_counts[q] > 0) send_extent = std::max(send_extent, send_blocks[q].offset + send_blocks[q].extent());
     if (recv_counts[q] > 0) recv_extent = std::max(recv_extent, recv_blocks[q].offset + recv_blocks[q].extent());
   }
