@@ -19,20 +19,29 @@ std::vector<int64_t> Sub(std::span<const int64_t> a, std::span<const int64_t> b)
   return out;
 }
 
-// Copies the part `piece` (global coordinates, inside `box`) of `t`, whose global box is `box`,
-// to `dst` as a dense row-major block. Returns the bytes written.
+// Copies the part of `t` (whose global box is `box`) at global `offset` with extents `shape`
+// (inside `box`) to `dst` as a dense row-major block. Returns the bytes written.
+int64_t PackPiece(const Tensor& t, const Box& box, std::span<const int64_t> offset, std::span<const int64_t> shape,
+                  std::byte* dst) {
+  const std::vector<int64_t> zero(shape.size(), 0);
+  CopyRegion(t.raw(), t.shape(), Sub(offset, box.offset), dst, shape, zero, shape, DTypeSize(t.dtype()));
+  int64_t n = 1;
+  for (int64_t e : shape) n *= e;
+  return n * DTypeSize(t.dtype());
+}
 int64_t PackPiece(const Tensor& t, const Box& box, const Box& piece, std::byte* dst) {
-  const std::vector<int64_t> zero(piece.shape.size(), 0);
-  CopyRegion(t.raw(), t.shape(), Sub(piece.offset, box.offset), dst, piece.shape, zero, piece.shape,
-             DTypeSize(t.dtype()));
-  return piece.NumElements() * DTypeSize(t.dtype());
+  return PackPiece(t, box, piece.offset, piece.shape, dst);
 }
 
-// Writes the dense block at `src` (shape piece.shape) into `out`, whose global box is `out_box`.
+// Writes the dense block at `src` (extents `shape`, global `offset`) into `out`, whose global box
+// is `out_box`.
+void UnpackPiece(const std::byte* src, std::span<const int64_t> offset, std::span<const int64_t> shape, Tensor& out,
+                 const Box& out_box) {
+  const std::vector<int64_t> zero(shape.size(), 0);
+  CopyRegion(src, shape, zero, out.raw(), out.shape(), Sub(offset, out_box.offset), shape, DTypeSize(out.dtype()));
+}
 void UnpackPiece(const std::byte* src, const Box& piece, Tensor& out, const Box& out_box) {
-  const std::vector<int64_t> zero(piece.shape.size(), 0);
-  CopyRegion(src, piece.shape, zero, out.raw(), out.shape(), Sub(piece.offset, out_box.offset), piece.shape,
-             DTypeSize(out.dtype()));
+  UnpackPiece(src, piece.offset, piece.shape, out, out_box);
 }
 
 // Bytes of the blocks `pieces` packed back to back.
@@ -42,18 +51,21 @@ int64_t PackedBytes(std::span<const Box> pieces, DType dtype) {
   return n * DTypeSize(dtype);
 }
 
-// The row-major element offset of `piece` inside `outer` when the piece is one contiguous run of
-// it (then it can be sent from / received into `outer`'s buffer directly), else -1.
-int64_t ContiguousOffset(const Box& piece, const Box& outer) {
-  int d = 0;
-  while (d < piece.rank() && piece.shape[d] == 1) ++d;
-  for (int e = d + 1; e < piece.rank(); ++e) {
-    if (piece.shape[e] != outer.shape[e]) return -1;
+// The row-major element offset of the piece at global `offset` with extents `shape` inside
+// `outer` when the piece is one contiguous run of it (then it can be sent from / received into
+// `outer`'s buffer directly), else -1.
+int64_t ContiguousOffset(std::span<const int64_t> offset, std::span<const int64_t> shape, const Box& outer) {
+  const size_t r = shape.size();
+  size_t d = 0;
+  while (d < r && shape[d] == 1) ++d;
+  for (size_t e = d + 1; e < r; ++e) {
+    if (shape[e] != outer.shape[e]) return -1;
   }
   int64_t flat = 0;
-  for (int e = 0; e < piece.rank(); ++e) flat = flat * outer.shape[e] + (piece.offset[e] - outer.offset[e]);
+  for (size_t e = 0; e < r; ++e) flat = flat * outer.shape[e] + (offset[e] - outer.offset[e]);
   return flat;
 }
+int64_t ContiguousOffset(const Box& piece, const Box& outer) { return ContiguousOffset(piece.offset, piece.shape, outer); }
 
 // True when every block is a contiguous run of `outer` (row-major) and the runs follow each
 // other in block order with no gap: then the blocks, concatenated, are exactly `outer`'s buffer.
@@ -110,6 +122,10 @@ Tensor TakeUninitialized(BufferPool& pool, DType dtype, std::vector<int64_t> sha
   int64_t n = DTypeSize(dtype);
   for (int64_t s : shape) n *= s;
   return Tensor::Uninitialized(dtype, std::move(shape), pool.Take(n));
+}
+
+Tensor TakeUninitialized(BufferPool& pool, DType dtype, std::span<const int64_t> shape) {
+  return TakeUninitialized(pool, dtype, std::vector<int64_t>(shape.begin(), shape.end()));
 }
 
 // A zero-filled tensor of `shape` in pooled memory.
@@ -395,32 +411,28 @@ Status RunLocalShardToPartial(const PlanStep& step, BufferPool& pool, Tensor& lo
   return Status();
 }
 
-// One rank's part of a send_recv step: its transfers from DirectTransfersOfRank (arithmetic over
-// its own peers, never the world), with the peers' group positions and the pieces' places in the
-// local buffers. Computed once per distinct step and cached in comms.send_recv_cache().
+// One rank's part of a send_recv step: its pieces from DirectPiecesOfRank (arithmetic over its own
+// peers, never the world, no allocation per piece), with the pieces' places in the local buffers.
+// Computed once per distinct step and cached in comms.send_recv_cache().
 StatusOr<SendRecvSchedule> BuildSendRecvSchedule(const PlanStep& step, int rank) {
-  const DeviceMesh& mesh = step.from.mesh();
-  MF_ASSIGN_OR_RETURN(std::vector<Transfer> transfers, DirectTransfersOfRank(step.from, step.to, rank));
   SendRecvSchedule s;
+  MF_ASSIGN_OR_RETURN(s.pieces, DirectPiecesOfRank(step.from, step.to, rank));
   MF_ASSIGN_OR_RETURN(s.from_box, step.from.LocalBox(rank));
   MF_ASSIGN_OR_RETURN(s.to_box, step.to.LocalBox(rank));
   s.kept = Intersect(s.from_box, s.to_box);
   // The received boxes and the kept one are disjoint (planner/direct.h): when they add up to the
   // target box, every byte of the output is written.
   s.covered = s.kept.NumElements();
-  for (Transfer& t : transfers) {
-    // The full-mesh group lists the ranks in mesh order (MeshComms::Group): a peer's position in it
-    // is its mesh index.
-    if (t.src_rank == rank) {
-      MF_ASSIGN_OR_RETURN(const int peer, mesh.IndexOf(t.dst_rank));
-      const int64_t offset = ContiguousOffset(t.box, s.from_box);
-      s.sends.push_back(SendRecvPiece{peer, std::move(t.box), offset});
-    } else {
-      MF_ASSIGN_OR_RETURN(const int peer, mesh.IndexOf(t.src_rank));
-      const int64_t offset = ContiguousOffset(t.box, s.to_box);
-      s.covered += t.box.NumElements();
-      s.recvs.push_back(SendRecvPiece{peer, std::move(t.box), offset});
-    }
+  const PieceList& sends = s.pieces.sends;
+  const PieceList& recvs = s.pieces.recvs;
+  s.send_offsets.resize(sends.size());
+  for (size_t i = 0; i < sends.size(); ++i) {
+    s.send_offsets[i] = ContiguousOffset(sends.offset(i), sends.shape(i), s.from_box);
+  }
+  s.recv_offsets.resize(recvs.size());
+  for (size_t i = 0; i < recvs.size(); ++i) {
+    s.recv_offsets[i] = ContiguousOffset(recvs.offset(i), recvs.shape(i), s.to_box);
+    s.covered += recvs.NumElements(i);
   }
   return s;
 }
@@ -446,33 +458,35 @@ Status RunSendRecv(const PlanStep& step, MeshComms& comms, Tensor& local) {
   Tensor out = s->covered == s->to_box.NumElements() ? TakeUninitialized(pool, local.dtype(), s->to_box.shape)
                                                      : TakeZeros(pool, local.dtype(), s->to_box.shape);
   std::vector<Tensor> temps;  // send slices and receive buffers of non-contiguous pieces (all written)
-  temps.reserve(s->sends.size() + s->recvs.size());
-  std::vector<std::pair<size_t, const Box*>> unpack;  // (temps index, piece) received into a temporary
+  temps.reserve(s->pieces.sends.size() + s->pieces.recvs.size());
+  std::vector<std::pair<size_t, size_t>> unpack;  // (temps index, receive piece) received into a temporary
+  const PieceList& send_pieces = s->pieces.sends;
+  const PieceList& recv_pieces = s->pieces.recvs;
   std::vector<SendSpec> sends;
   std::vector<RecvSpec> recvs;
-  sends.reserve(s->sends.size());
-  recvs.reserve(s->recvs.size());
-  for (const SendRecvPiece& p : s->sends) {
+  sends.reserve(send_pieces.size());
+  recvs.reserve(recv_pieces.size());
+  for (size_t i = 0; i < send_pieces.size(); ++i) {
     const void* buf = nullptr;
-    if (p.offset >= 0) {
-      buf = local.raw() + p.offset * es;
+    if (s->send_offsets[i] >= 0) {
+      buf = local.raw() + s->send_offsets[i] * es;
     } else {
-      temps.push_back(TakeUninitialized(pool, local.dtype(), p.box.shape));
-      PackPiece(local, s->from_box, p.box, temps.back().raw());
+      temps.push_back(TakeUninitialized(pool, local.dtype(), send_pieces.shape(i)));
+      PackPiece(local, s->from_box, send_pieces.offset(i), send_pieces.shape(i), temps.back().raw());
       buf = temps.back().raw();
     }
-    sends.push_back(SendSpec{p.peer, buf, p.box.NumElements()});
+    sends.push_back(SendSpec{send_pieces.peers[i], buf, send_pieces.NumElements(i)});
   }
-  for (const SendRecvPiece& p : s->recvs) {
+  for (size_t i = 0; i < recv_pieces.size(); ++i) {
     void* buf = nullptr;
-    if (p.offset >= 0) {
-      buf = out.raw() + p.offset * es;
+    if (s->recv_offsets[i] >= 0) {
+      buf = out.raw() + s->recv_offsets[i] * es;
     } else {
-      temps.push_back(TakeUninitialized(pool, local.dtype(), p.box.shape));
-      unpack.emplace_back(temps.size() - 1, &p.box);
+      temps.push_back(TakeUninitialized(pool, local.dtype(), recv_pieces.shape(i)));
+      unpack.emplace_back(temps.size() - 1, i);
       buf = temps.back().raw();
     }
-    recvs.push_back(RecvSpec{p.peer, buf, p.box.NumElements()});
+    recvs.push_back(RecvSpec{recv_pieces.peers[i], buf, recv_pieces.NumElements(i)});
   }
   MF_RETURN_IF_ERROR(comm->SendRecv(sends, recvs, local.dtype()));
   const Box& kept = s->kept;
@@ -480,7 +494,9 @@ Status RunSendRecv(const PlanStep& step, MeshComms& comms, Tensor& local) {
     CopyRegion(local.raw(), local.shape(), Sub(kept.offset, s->from_box.offset), out.raw(), out.shape(),
                Sub(kept.offset, s->to_box.offset), kept.shape, es);
   }
-  for (const auto& [i, piece] : unpack) UnpackPiece(temps[i].raw(), *piece, out, s->to_box);
+  for (const auto& [t, i] : unpack) {
+    UnpackPiece(temps[t].raw(), recv_pieces.offset(i), recv_pieces.shape(i), out, s->to_box);
+  }
   for (Tensor& t : temps) pool.Give(t.ReleaseBuffer());
   Replace(pool, local, std::move(out));
   return Status();

@@ -2,7 +2,7 @@
 //
 // A send_recv step (planner/direct.h) needs, on each rank, the pieces it sends and receives, the
 // peers, and where each piece lies in its buffers. The executor derives them once per distinct
-// step with DirectTransfersOfRank (arithmetic over the rank's own peers, never the world) and
+// step with DirectPiecesOfRank (arithmetic over the rank's own peers, never the world) and
 // keeps them here, so a repeated execution of the same plan does no bookkeeping at all.
 //
 // Why keyed on the step's layouts (from, to) and held by MeshComms: the schedule is a pure
@@ -22,24 +22,21 @@
 
 #include "meshflow/dtensor/box.h"
 #include "meshflow/dtensor/layout.h"
+#include "meshflow/planner/direct.h"
 
 namespace meshflow {
 
-// One piece a rank sends or receives in a send_recv step.
-struct SendRecvPiece {
-  int peer = 0;         // the other rank's mesh index (= its position in the full-mesh group)
-  Box box;              // global coordinates, never empty
-  int64_t offset = -1;  // element offset of `box` in the source (send) / target (receive) local
-                        // tensor when it is one contiguous run of it, else -1 (packed via a temporary)
-};
-
-// One rank's part of a send_recv step, in DirectTransfers order (sends by destination, receives
-// by source rank).
+// One rank's part of a send_recv step: its pieces in flat form (DirectPiecesOfRank: sends by
+// destination, receives by source rank; a peer's mesh index is its position in the full-mesh
+// group) and where each piece lies in the local buffers.
 struct SendRecvSchedule {
   Box from_box, to_box;  // the rank's boxes before / after the step
   Box kept;              // Intersect(from_box, to_box): copied locally
   int64_t covered = 0;   // elements of to_box written: kept plus every received piece
-  std::vector<SendRecvPiece> sends, recvs;
+  RankPieces pieces;
+  // Per piece: its element offset in the source (send) / target (receive) local tensor when it is
+  // one contiguous run of it, else -1 (packed via a temporary).
+  std::vector<int64_t> send_offsets, recv_offsets;
 };
 
 class SendRecvCache {

@@ -21,102 +21,6 @@ Status CheckDirect(const Layout& from, const Layout& to) {
   return Status();
 }
 
-// The non-empty intervals of one tensor dim's nested torch.chunk (one level per mesh dim of the
-// shard order, outermost first) that overlap a target interval, each with the coordinates (one
-// per level) that give it.
-struct DimPieces {
-  std::vector<Interval> intervals;
-  std::vector<int64_t> coords;  // intervals.size() rows of order.size() coordinates
-};
-
-// The torch.chunk inverse, level by level: of the k parts of `iv` (chunk = ceil(|iv|/k), part i
-// starts at iv.begin + i*chunk), those overlapping [lo, hi) are the parts holding lo and hi - 1
-// and every part between them, all non-empty; recursing only into them visits at most
-// (levels x overlapping leaves) intervals.
-void CollectOverlapping(Interval iv, std::span<const int> order, size_t level, std::span<const int64_t> mesh_shape,
-                        Interval target, std::vector<int64_t>& path, DimPieces& out) {
-  const int64_t lo = std::max(iv.begin, target.begin);
-  const int64_t hi = std::min(iv.end, target.end);
-  if (lo >= hi) return;  // no overlap (or iv empty)
-  if (level == order.size()) {
-    out.intervals.push_back(iv);
-    out.coords.insert(out.coords.end(), path.begin(), path.end());
-    return;
-  }
-  const int64_t k = mesh_shape[order[level]];
-  const int64_t chunk = (iv.size() + k - 1) / k;  // >= 1: iv is not empty
-  const int64_t first = (lo - iv.begin) / chunk;
-  const int64_t last = (hi - 1 - iv.begin) / chunk;  // < k: hi - 1 < iv.end <= iv.begin + k*chunk
-  for (int64_t i = first; i <= last; ++i) {
-    path[level] = i;
-    CollectOverlapping(ChunkOf(iv, k, i), order, level + 1, mesh_shape, target, path, out);
-  }
-}
-
-// Per tensor dim, the intervals of `layout` overlapping the non-empty box `target`.
-std::vector<DimPieces> OverlappingPieces(const Layout& layout, const Box& target) {
-  std::vector<DimPieces> out(static_cast<size_t>(layout.tensor_rank()));
-  std::vector<int64_t> path;
-  for (int t = 0; t < layout.tensor_rank(); ++t) {
-    const std::vector<int>& order = layout.shard_order()[t];
-    path.assign(order.size(), 0);
-    CollectOverlapping(Interval{0, layout.global_shape()[t]}, order, 0, layout.mesh().shape(), target.dim(t), path,
-                       out[t]);
-  }
-  return out;
-}
-
-// Calls f(choice) for every choice[t] in [0, pieces[t].intervals.size()), last dim fastest: the
-// boxes of `layout` overlapping the target, in mesh-coordinate order of their sharding dims.
-template <typename F>
-void ForEachCombination(const std::vector<DimPieces>& pieces, F&& f) {
-  for (const DimPieces& p : pieces) {
-    if (p.intervals.empty()) return;
-  }
-  std::vector<size_t> choice(pieces.size(), 0);
-  while (true) {
-    f(choice);
-    size_t t = pieces.size();
-    while (true) {
-      if (t == 0) return;
-      --t;
-      if (++choice[t] < pieces[t].intervals.size()) break;
-      choice[t] = 0;
-    }
-  }
-}
-
-// Writes the coordinates of a combination on `layout`'s sharding mesh dims into `coord`, and its
-// box into `box`.
-void ApplyCombination(const Layout& layout, const std::vector<DimPieces>& pieces, const std::vector<size_t>& choice,
-                      std::vector<int64_t>& coord, Box& box) {
-  for (size_t t = 0; t < pieces.size(); ++t) {
-    const std::vector<int>& order = layout.shard_order()[t];
-    const int64_t* c = pieces[t].coords.data() + choice[t] * order.size();
-    for (size_t l = 0; l < order.size(); ++l) coord[order[l]] = c[l];
-    const Interval& iv = pieces[t].intervals[choice[t]];
-    box.offset[t] = iv.begin;
-    box.shape[t] = iv.size();
-  }
-}
-
-// Intersect(a, b) written into `out` (already of a's rank), without allocating.
-void IntersectInto(const Box& a, const Box& b, Box& out) {
-  for (int d = 0; d < a.rank(); ++d) {
-    const int64_t lo = std::max(a.offset[d], b.offset[d]);
-    const int64_t hi = std::min(a.offset[d] + a.shape[d], b.offset[d] + b.shape[d]);
-    out.offset[d] = lo;
-    out.shape[d] = std::max<int64_t>(0, hi - lo);
-  }
-}
-
-// Number of combinations ForEachCombination visits.
-size_t CombinationCount(const std::vector<DimPieces>& pieces) {
-  size_t n = 1;
-  for (const DimPieces& p : pieces) n *= p.intervals.size();
-  return n;
-}
-
 int64_t Gcd(int64_t a, int64_t b) {
   while (b != 0) {
     const int64_t r = a % b;
@@ -179,11 +83,242 @@ StatusOr<std::vector<Transfer>> DirectTransfers(const Layout& from, const Layout
   return out;
 }
 
-StatusOr<std::vector<Transfer>> DirectTransfersOfRank(const Layout& from, const Layout& to, int rank) {
+int64_t PieceList::NumElements(size_t i) const {
+  int64_t n = 1;
+  for (int64_t e : shape(i)) n *= e;
+  return n;
+}
+
+Box PieceList::box(size_t i) const {
+  const std::span<const int64_t> o = offset(i), e = shape(i);
+  return Box{std::vector<int64_t>(o.begin(), o.end()), std::vector<int64_t>(e.begin(), e.end())};
+}
+
+namespace {
+
+// Per tensor dim, what every overlapping chunk of one layout contributes to a piece: its intersection with the rank's
+// own box, its part of the other rank's mesh index (its coordinates on the chunk's shard order times the mesh strides),
+// and whether those coordinates are this rank's on the given mesh dims.
+struct DimTerms {
+  size_t n = 0;  // chunks: the first n entries of each array (the arrays are reused storage)
+  std::vector<Interval> inter;
+  std::vector<int64_t> index;
+  std::vector<char> same;
+
+  void Add(Interval iv, int64_t i, bool s) {
+    inter[n] = iv;
+    index[n] = i;
+    same[n] = s ? 1 : 0;
+    ++n;
+  }
+};
+
+// The non-empty chunks of one tensor dim's nested torch.chunk (one level per mesh dim of the shard order, outermost
+// first) that overlap `target`, as terms (`index` and `same`: those of the levels above). The torch.chunk inverse,
+// level by level: of the k parts of `iv` (chunk = ceil(|iv|/k), part i starts at iv.begin + i*chunk), those overlapping
+// [lo, hi) are the parts holding lo and hi - 1 and every part between them, all non-empty; recursing only into them
+// visits at most (levels x overlapping leaves) intervals.
+void CollectTerms(Interval iv, std::span<const int> order, size_t level, std::span<const int64_t> mesh_shape,
+                  Interval target, int64_t index, bool same, std::span<const int64_t> stride,
+                  std::span<const int64_t> my_coord, const std::vector<bool>& compare, DimTerms& out) {
+  const int64_t lo = std::max(iv.begin, target.begin);
+  const int64_t hi = std::min(iv.end, target.end);
+  if (lo >= hi) return;  // no overlap (or iv empty)
+  if (level == order.size()) {
+    out.Add(Interval{lo, hi}, index, same);
+    return;
+  }
+  const int m = order[level];
+  const int64_t k = mesh_shape[m];
+  const int64_t chunk = (iv.size() + k - 1) / k;  // >= 1: iv is not empty
+  const int64_t first = (lo - iv.begin) / chunk;
+  const int64_t last = (hi - 1 - iv.begin) / chunk;  // < k: hi - 1 < iv.end <= iv.begin + k*chunk
+  if (level + 1 == order.size()) {  // the leaves, without a call each: parts first..last overlap
+    for (int64_t i = first; i <= last; ++i) {
+      const int64_t b = iv.begin + i * chunk;
+      out.Add(Interval{std::max(b, lo), std::min(b + chunk, hi)}, index + i * stride[m],
+              same && (!compare[m] || i == my_coord[m]));
+    }
+    return;
+  }
+  for (int64_t i = first; i <= last; ++i) {
+    CollectTerms(ChunkOf(iv, k, i), order, level + 1, mesh_shape, target, index + i * stride[m],
+                 same && (!compare[m] || i == my_coord[m]), stride, my_coord, compare, out);
+  }
+}
+
+// Per tensor dim, the terms of the chunks of `layout` overlapping the non-empty box `own`, into
+// `out` (its vectors reused).
+void TermsOf(const Layout& layout, const Box& own, std::span<const int64_t> stride, std::span<const int64_t> my_coord,
+             const std::vector<bool>& compare, std::vector<DimTerms>& out) {
+  out.resize(static_cast<size_t>(layout.tensor_rank()));
+  for (int t = 0; t < layout.tensor_rank(); ++t) {
+    DimTerms& d = out[static_cast<size_t>(t)];
+    size_t most = 1;  // chunks of the dim's shard order: at most this many overlap
+    for (int m : layout.shard_order()[t]) most *= static_cast<size_t>(layout.mesh().dim_size(m));
+    if (d.inter.size() < most) {
+      d.inter.resize(most);
+      d.index.resize(most);
+      d.same.resize(most);
+    }
+    d.n = 0;
+    CollectTerms(Interval{0, layout.global_shape()[t]}, layout.shard_order()[t], 0, layout.mesh().shape(), own.dim(t),
+                 0, true, stride, my_coord, compare, d);
+  }
+}
+
+// The working storage of DirectPiecesOfRank, kept per thread between calls: a rank exchanging
+// with the whole world allocates (and, once freed, faults in again) only its result.
+struct PiecesScratch {
+  std::vector<DimTerms> terms;
+  std::vector<int64_t> row;
+  std::vector<size_t> choice, order;
+  std::vector<int> slot;
+};
+
+PiecesScratch& Scratch() {
+  thread_local PiecesScratch s;
+  return s;
+}
+
+// Number of combinations of one chunk per tensor dim (0 when a dim has none).
+size_t CombinationCount(const std::vector<DimTerms>& terms) {
+  size_t n = 1;
+  for (const DimTerms& d : terms) n *= d.n;
+  return n;
+}
+
+// Calls f(index, same, row) for every combination of one chunk per tensor dim: `index` and `same` summed / and-ed over
+// the dims, `row` the piece's r offsets then r extents. The dim with the most chunks is the inner loop (the order of
+// the calls is not the pieces' order: OrderByKey restores it), so a rank exchanging with the whole world pays a few
+// stores per piece.
+template <typename F>
+void ForEachCombination(const std::vector<DimTerms>& terms, std::vector<int64_t>& row, F&& f) {
+  const size_t r = terms.size();
+  size_t inner = 0;
+  for (size_t t = 0; t < r; ++t) {
+    if (terms[t].n == 0) return;
+    if (terms[t].n > terms[inner].n) inner = t;
+  }
+  row.assign(2 * r, 0);
+  if (r == 0) {
+    f(int64_t{0}, true, row.data());
+    return;
+  }
+  std::vector<size_t>& choice = Scratch().choice;
+  choice.assign(r, 0);
+  const DimTerms& d = terms[inner];
+  while (true) {
+    int64_t index = 0;
+    bool same = true;
+    for (size_t t = 0; t < r; ++t) {
+      if (t == inner) continue;
+      index += terms[t].index[choice[t]];
+      same = same && terms[t].same[choice[t]];
+      row[t] = terms[t].inter[choice[t]].begin;
+      row[r + t] = terms[t].inter[choice[t]].size();
+    }
+    for (size_t i = 0; i < d.n; ++i) {
+      row[inner] = d.inter[i].begin;
+      row[r + inner] = d.inter[i].size();
+      f(index + d.index[i], same && d.same[i], row.data());
+    }
+    size_t t = r;
+    while (true) {
+      if (t == 0) return;
+      --t;
+      if (t == inner) continue;
+      if (++choice[t] < terms[t].n) break;
+      choice[t] = 0;
+    }
+  }
+}
+
+// Appends pieces (peer, row of r offsets and r extents) to a PieceList, the coordinates through a cursor into storage
+// grown ahead (sized once when the count is known): a few stores per piece.
+class PieceWriter {
+ public:
+  PieceWriter(PieceList& list, size_t expected) : list_(list), width_(2 * static_cast<size_t>(list.tensor_rank)) {
+    list_.peers.reserve(expected);
+    list_.coords.resize(expected * width_);
+  }
+  ~PieceWriter() { list_.coords.resize(used_); }
+  PieceWriter(const PieceWriter&) = delete;
+  PieceWriter& operator=(const PieceWriter&) = delete;
+
+  void Push(int peer, const int64_t* row) {
+    list_.peers.push_back(peer);
+    if (used_ + width_ > list_.coords.size()) list_.coords.resize(std::max(used_ + width_, 2 * list_.coords.size()));
+    int64_t* dst = list_.coords.data() + used_;
+    // Fixed widths for the usual tensor ranks: a few register moves, not a memmove call.
+    switch (width_) {
+      case 2: Copy<2>(row, dst); break;
+      case 4: Copy<4>(row, dst); break;
+      case 6: Copy<6>(row, dst); break;
+      case 8: Copy<8>(row, dst); break;
+      default: std::copy_n(row, width_, dst); break;
+    }
+    used_ += width_;
+  }
+
+ private:
+  template <size_t W>
+  static void Copy(const int64_t* row, int64_t* dst) {
+    for (size_t i = 0; i < W; ++i) dst[i] = row[i];
+  }
+
+  PieceList& list_;
+  const size_t width_;
+  size_t used_ = 0;
+};
+
+// Puts `list` in ascending order of key(peer) (distinct, >= 0): nothing when it is already, else a
+// counting pass when the key range is small next to the pieces, else a sort.
+template <typename Key>
+void OrderByKey(PieceList& list, Key key) {
+  const size_t k = list.size();
+  const std::vector<int>& peers = list.peers;
+  bool in_order = true;
+  int64_t key_bound = 0;
+  for (size_t i = 0; i < k; ++i) {
+    const int64_t x = key(peers[i]);
+    if (i > 0 && x < key(peers[i - 1])) in_order = false;
+    key_bound = std::max(key_bound, x + 1);
+  }
+  if (in_order) return;
+  std::vector<size_t>& order = Scratch().order;
+  order.resize(k);
+  if (key_bound <= 8 * static_cast<int64_t>(k) + 64) {
+    std::vector<int>& slot = Scratch().slot;
+    slot.assign(static_cast<size_t>(key_bound), -1);
+    for (size_t i = 0; i < k; ++i) slot[static_cast<size_t>(key(peers[i]))] = static_cast<int>(i);
+    size_t j = 0;
+    for (int i : slot) {
+      if (i >= 0) order[j++] = static_cast<size_t>(i);
+    }
+  } else {
+    for (size_t i = 0; i < k; ++i) order[i] = i;
+    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return key(peers[a]) < key(peers[b]); });
+  }
+  const size_t w = 2 * static_cast<size_t>(list.tensor_rank);
+  PieceList sorted;
+  sorted.tensor_rank = list.tensor_rank;
+  sorted.peers.resize(k);
+  sorted.coords.resize(list.coords.size());
+  for (size_t j = 0; j < k; ++j) {
+    sorted.peers[j] = list.peers[order[j]];
+    std::copy_n(list.coords.begin() + static_cast<std::ptrdiff_t>(order[j] * w), w,
+                sorted.coords.begin() + static_cast<std::ptrdiff_t>(j * w));
+  }
+  list = std::move(sorted);
+}
+
+}  // namespace
+
+StatusOr<RankPieces> DirectPiecesOfRank(const Layout& from, const Layout& to, int rank) {
   MF_RETURN_IF_ERROR(CheckDirect(from, to));
   const DeviceMesh& mesh = from.mesh();
   MF_ASSIGN_OR_RETURN(const int me, mesh.IndexOf(rank));
-  const std::vector<int>& ranks = mesh.ranks();
   const std::vector<int64_t>& mshape = mesh.shape();
   const int n = mesh.ndim();
   std::vector<int64_t> stride(static_cast<size_t>(n), 1);  // row-major: mesh index = sum coord*stride
@@ -192,10 +327,12 @@ StatusOr<std::vector<Transfer>> DirectTransfersOfRank(const Layout& from, const 
   for (int d = 0; d < n; ++d) my_coord[d] = (me / stride[d]) % mshape[d];
   const Box from_box = from.LocalBoxAt(my_coord);
   const Box to_box = to.LocalBoxAt(my_coord);
+  RankPieces out;
+  out.sends.tensor_rank = out.recvs.tensor_rank = from.tensor_rank();
 
-  // The holders of a non-empty source block, in mesh order, are the ranks with its coordinates on
-  // the source's sharding dims and every combination (row-major) of the replica dims (those sharding
-  // no tensor dim; the source has no Partial dim): DirectTransfers' holders[b], of size `replicas`.
+  // The holders of a non-empty source block, in mesh order, are the ranks with its coordinates on the source's sharding
+  // dims and every combination (row-major) of the replica dims (those sharding no tensor dim; the source has no Partial
+  // dim): DirectTransfers' holders[b], of size `replicas`.
   std::vector<bool> shards_from(static_cast<size_t>(n), false), shards_to(static_cast<size_t>(n), false);
   for (const std::vector<int>& order : from.shard_order()) {
     for (int m : order) shards_from[m] = true;
@@ -204,117 +341,130 @@ StatusOr<std::vector<Transfer>> DirectTransfersOfRank(const Layout& from, const 
     for (int m : order) shards_to[m] = true;
   }
   std::vector<int> replica_dims, free_dims;  // free: mesh dims the target boxes do not depend on
-  std::vector<int> block_dims;               // the source's sharding dims
   int64_t replicas = 1;
   for (int m = 0; m < n; ++m) {
     if (!shards_from[m]) {
       replica_dims.push_back(m);
       replicas *= mshape[m];
-    } else {
-      block_dims.push_back(m);
     }
     if (!shards_to[m]) free_dims.push_back(m);
   }
-  // Non-empty source boxes at different coordinates on the sharding dims are disjoint: a rank at
-  // `coord` holds the (non-empty) block of this rank iff it has this rank's block coordinates.
-  auto holds_my_block = [&](const std::vector<int64_t>& coord) {
-    for (int m : block_dims) {
-      if (coord[m] != my_coord[m]) return false;
-    }
-    return !from_box.empty();
-  };
-
-  // Receives: every non-empty source block overlapping the target box, but the own one, from the
-  // holder at replica position me % replicas.
-  std::vector<Transfer> recvs;
+  // Non-empty source boxes at different coordinates on the sharding dims are disjoint: a rank holds the (non-empty)
+  // block of this rank iff it has this rank's coordinates on those dims.
+  PiecesScratch& scratch = Scratch();
+  std::vector<int64_t>& row = scratch.row;
+  std::vector<DimTerms>& terms = scratch.terms;
+  // Receives: every non-empty source block overlapping the target box, but the own one, from the holder at replica
+  // position me % replicas.
   if (!to_box.empty()) {
-    const std::vector<DimPieces> pieces = OverlappingPieces(from, to_box);
-    std::vector<int64_t> holder(static_cast<size_t>(n), 0);
+    TermsOf(from, to_box, stride, my_coord, shards_from, terms);
+    int64_t base = 0;  // the holder's part of the index on the replica dims
     int64_t j = me % replicas;
     for (size_t i = replica_dims.size(); i-- > 0;) {
-      holder[replica_dims[i]] = j % mshape[replica_dims[i]];
+      base += (j % mshape[replica_dims[i]]) * stride[replica_dims[i]];
       j /= mshape[replica_dims[i]];
     }
-    Box block = to_box, piece = to_box;
-    recvs.reserve(CombinationCount(pieces));
-    ForEachCombination(pieces, [&](const std::vector<size_t>& choice) {
-      ApplyCombination(from, pieces, choice, holder, block);
-      if (holds_my_block(holder)) return;  // already held (the block is not empty)
-      int64_t index = 0;
-      for (int d = 0; d < n; ++d) index += holder[d] * stride[d];
-      IntersectInto(block, to_box, piece);
-      recvs.push_back(Transfer{ranks[index], rank, piece});
-    });
-    std::sort(recvs.begin(), recvs.end(), [](const Transfer& a, const Transfer& b) { return a.src_rank < b.src_rank; });
+    const size_t count = CombinationCount(terms);
+    if (count > 0) {
+      const bool held = !from_box.empty();
+      {
+        PieceWriter writer(out.recvs, count);
+        ForEachCombination(terms, row, [&](int64_t index, bool same, const int64_t* piece) {
+          if (held && same) return;  // the own block (not empty): already held
+          writer.Push(static_cast<int>(index + base), piece);
+        });
+      }
+      OrderByKey(out.recvs, [&](int peer) -> int64_t { return mesh.rank(peer); });  // by source world rank
+    }
   }
 
-  // Sends: every destination whose target box overlaps the source box, that does not hold this
-  // block itself, and whose replica rule (its mesh index % replicas) picks this rank's replica
-  // position.
-  std::vector<std::pair<int64_t, Transfer>> sends;  // (destination mesh index, transfer)
+  // Sends: every destination whose target box overlaps the source box, that does not hold this block itself, and whose
+  // replica rule (its mesh index % replicas) picks this rank's replica position.
   if (!from_box.empty()) {
-    const std::vector<DimPieces> pieces = OverlappingPieces(to, from_box);
+    TermsOf(to, from_box, stride, my_coord, shards_from, terms);
+    // Free dims that shard the source: a destination there holds this block only at this rank's coordinate on them.
+    std::vector<char> free_shards_from(free_dims.size());
+    for (size_t i = 0; i < free_dims.size(); ++i) free_shards_from[i] = shards_from[free_dims[i]] ? 1 : 0;
     int64_t my_replica = 0;
     for (int m : replica_dims) my_replica = my_replica * mshape[m] + my_coord[m];
-    // The innermost free dim L is solved, not scanned: (partial + c*stride[L]) = my_replica
-    // (mod replicas) holds for c = c0 + i*step, step = replicas / gcd(stride[L], replicas).
+    // The innermost free dim L is solved, not scanned: (partial + c*stride[L]) = my_replica (mod replicas) holds for c
+    // = c0 + i*step, step = replicas / gcd(stride[L], replicas).
     const int last_free = free_dims.empty() ? -1 : free_dims.back();
     const int64_t a = last_free < 0 ? 0 : stride[last_free] % replicas;
     const int64_t g = Gcd(a, replicas);  // gcd(0, R) = R
     const int64_t step = replicas / g;
     const int64_t a_inv = InverseMod(a / g, step);
-    std::vector<int64_t> dst(static_cast<size_t>(n), 0);
-    Box target = from_box, piece = from_box;
-    if (free_dims.empty()) sends.reserve(CombinationCount(pieces));
-    auto visit = [&](int64_t index) {
-      if (holds_my_block(dst)) return;  // the destination holds this block already
-      sends.emplace_back(index, Transfer{rank, ranks[index], piece});
-    };
-    ForEachCombination(pieces, [&](const std::vector<size_t>& choice) {
-      ApplyCombination(to, pieces, choice, dst, target);
-      IntersectInto(from_box, target, piece);
-      int64_t base = 0;
-      for (int d = 0; d < n; ++d) {
-        if (shards_to[d]) base += dst[d] * stride[d];
-      }
-      if (last_free < 0) {
-        if (base % replicas == my_replica) visit(base);
-        return;
-      }
-      // Odometer over the outer free dims.
-      const size_t outer = free_dims.size() - 1;
-      for (size_t i = 0; i < outer; ++i) dst[free_dims[i]] = 0;
-      while (true) {
-        int64_t partial = base;
-        for (size_t i = 0; i < outer; ++i) partial += dst[free_dims[i]] * stride[free_dims[i]];
-        const int64_t b = ((my_replica - partial) % replicas + replicas) % replicas;
-        if (b % g == 0) {
-          const int64_t c0 = (b / g) % step * a_inv % step;
-          for (int64_t c = c0; c < mshape[last_free]; c += step) {
-            dst[last_free] = c;
-            visit(partial + c * stride[last_free]);
+    std::vector<int64_t> dst(free_dims.size(), 0);  // coordinates on the free dims
+    const size_t count = CombinationCount(terms);
+    if (count > 0) {
+      {
+        // Without free dims each combination is at most one destination.
+        PieceWriter writer(out.sends, free_dims.empty() ? count : 0);
+        ForEachCombination(terms, row, [&](int64_t base, bool same, const int64_t* piece) {
+          // `same`: the destination's coordinates on the source's sharding dims that shard the target are this rank's;
+          // it holds this block when its free coordinates that shard the source are this rank's too.
+          auto visit = [&](int64_t index) {
+            if (same) {
+              bool holds = true;
+              for (size_t i = 0; i < free_dims.size() && holds; ++i) {
+                holds = !free_shards_from[i] || dst[i] == my_coord[free_dims[i]];
+              }
+              if (holds) return;
+            }
+            writer.Push(static_cast<int>(index), piece);
+          };
+          if (last_free < 0) {
+            if (replicas == 1 || base % replicas == my_replica) visit(base);
+            return;
           }
-        }
-        size_t i = outer;
-        while (true) {
-          if (i == 0) return;
-          --i;
-          if (++dst[free_dims[i]] < mshape[free_dims[i]]) break;
-          dst[free_dims[i]] = 0;
-        }
+          // Odometer over the outer free dims.
+          const size_t outer = free_dims.size() - 1;
+          std::fill(dst.begin(), dst.end(), 0);
+          while (true) {
+            int64_t partial = base;
+            for (size_t i = 0; i < outer; ++i) partial += dst[i] * stride[free_dims[i]];
+            const int64_t b = ((my_replica - partial) % replicas + replicas) % replicas;
+            if (b % g == 0) {
+              const int64_t c0 = (b / g) % step * a_inv % step;
+              for (int64_t c = c0; c < mshape[last_free]; c += step) {
+                dst[outer] = c;
+                visit(partial + c * stride[last_free]);
+              }
+            }
+            size_t i = outer;
+            bool more = false;
+            while (i > 0) {
+              --i;
+              if (++dst[i] < mshape[free_dims[i]]) {
+                more = true;
+                break;
+              }
+              dst[i] = 0;
+            }
+            if (!more) break;
+          }
+        });
       }
-    });
-    std::sort(sends.begin(), sends.end(),
-              [](const std::pair<int64_t, Transfer>& x, const std::pair<int64_t, Transfer>& y) { return x.first < y.first; });
+      OrderByKey(out.sends, [](int peer) -> int64_t { return peer; });  // by destination mesh index
+    }
   }
+  return out;
+}
 
+StatusOr<std::vector<Transfer>> DirectTransfersOfRank(const Layout& from, const Layout& to, int rank) {
+  MF_ASSIGN_OR_RETURN(const RankPieces p, DirectPiecesOfRank(from, to, rank));
+  const DeviceMesh& mesh = from.mesh();
+  const int me = mesh.IndexOf(rank).value();  // DirectPiecesOfRank checked it
   // DirectTransfers' order: by destination mesh index, this rank's receives at its own index.
   std::vector<Transfer> out;
-  out.reserve(sends.size() + recvs.size());
+  out.reserve(p.sends.size() + p.recvs.size());
   size_t s = 0;
-  for (; s < sends.size() && sends[s].first < me; ++s) out.push_back(std::move(sends[s].second));
-  for (Transfer& t : recvs) out.push_back(std::move(t));
-  for (; s < sends.size(); ++s) out.push_back(std::move(sends[s].second));
+  for (; s < p.sends.size() && p.sends.peers[s] < me; ++s) {
+    out.push_back(Transfer{rank, mesh.rank(p.sends.peers[s]), p.sends.box(s)});
+  }
+  for (size_t i = 0; i < p.recvs.size(); ++i)
+    out.push_back(Transfer{mesh.rank(p.recvs.peers[i]), rank, p.recvs.box(i)});
+  for (; s < p.sends.size(); ++s) out.push_back(Transfer{rank, mesh.rank(p.sends.peers[s]), p.sends.box(s)});
   return out;
 }
 

@@ -13,6 +13,7 @@
 #define MESHFLOW_PLANNER_DIRECT_H_
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "meshflow/base/status.h"
@@ -46,6 +47,47 @@ StatusOr<std::vector<Transfer>> DirectTransfers(const Layout& from, const Layout
 // the outer free-dim combinations that pick another replica are visited too (never the world).
 // Errors: those of DirectTransfers; `rank` not in the mesh.
 StatusOr<std::vector<Transfer>> DirectTransfersOfRank(const Layout& from, const Layout& to, int rank);
+
+// Pieces in flat form: one array of peers and one of coordinates, not a Box (two heap blocks)
+// per piece, so that a rank exchanging with thousands of peers pays a few nanoseconds per piece.
+// Piece i: the other rank's mesh index peers[i]; its global box has offsets
+// coords[2*r*i .. 2*r*i + r) and extents coords[2*r*i + r .. 2*r*(i + 1)), r = tensor_rank.
+struct PieceList {
+  int tensor_rank = 0;
+  std::vector<int> peers;
+  std::vector<int64_t> coords;
+
+  size_t size() const { return peers.size(); }
+  std::span<const int64_t> offset(size_t i) const {
+    return {coords.data() + 2 * static_cast<size_t>(tensor_rank) * i, static_cast<size_t>(tensor_rank)};
+  }
+  std::span<const int64_t> shape(size_t i) const {
+    return {coords.data() + (2 * i + 1) * static_cast<size_t>(tensor_rank), static_cast<size_t>(tensor_rank)};
+  }
+  int64_t NumElements(size_t i) const;
+  Box box(size_t i) const;
+};
+
+// What one rank sends and receives in a send_recv step.
+struct RankPieces {
+  PieceList sends;  // by destination mesh index
+  PieceList recvs;  // by source world rank
+};
+
+// DirectTransfersOfRank in flat form (the executor's send_recv bookkeeping): the same pieces in the
+// same order, sends and receives apart, peers as mesh indices. Cost: O(peers x tensor rank) after
+// O(tensor rank x mesh ndim) per overlapping chunk; the pieces come out in order for the usual
+// layouts, else they are put in order by a counting pass (O(peers + mesh size)) or, when that
+// would cost more than the pieces, a sort. Errors: those of DirectTransfersOfRank.
+//
+//   const DeviceMesh mesh = *DeviceMesh::Create({4});
+//   const Layout rows = *Layout::Create({8, 8}, mesh, {Shard{0}});
+//   const Layout cols = *Layout::Create({8, 8}, mesh, {Shard{1}});
+//   const RankPieces p = *DirectPiecesOfRank(rows, cols, 1);
+//   // Rank 1 holds rows 2..3 and needs columns 2..3. p.recvs: 3 pieces from peers 0, 2, 3, the
+//   // first p.recvs.box(0) == [0:2, 2:4]; p.sends: 3 pieces to peers 0, 2, 3, the first
+//   // p.sends.box(0) == [2:4, 0:2].
+StatusOr<RankPieces> DirectPiecesOfRank(const Layout& from, const Layout& to, int rank);
 
 // Per rank r (mesh().ranks() order), for a Partial-free source:
 //

@@ -153,6 +153,50 @@ TEST(DirectTransfersOfRankTest, EveryRankOf512) {
                         testing::MakeLayout(shape, mesh, "S(1),S(1),S(1)"));
 }
 
+// The flat form (DirectTransfersOfRank is built from it): peers are mesh indices, sends and
+// receives apart, in DirectTransfers' order, on a mesh whose world ranks run backwards (the
+// receives, keyed by world rank, come out of the enumeration reversed and must be reordered).
+TEST(DirectPiecesOfRankTest, PeersAreMeshIndicesInWorldRankOrder) {
+  const DeviceMesh mesh = *DeviceMesh::CreateWithRanks({4}, {70, 50, 30, 10});
+  const Layout rows = testing::MakeLayout({8, 7}, mesh, "S(0)");
+  const Layout cols = testing::MakeLayout({8, 7}, mesh, "S(1)");
+  StatusOr<RankPieces> p = DirectPiecesOfRank(rows, cols, 50);  // mesh index 1: rows 2..3, cols 2..3
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  ASSERT_EQ(p->recvs.size(), 3u);
+  EXPECT_EQ(p->recvs.peers, (std::vector<int>{3, 2, 0}));  // world ranks 10, 30, 70
+  EXPECT_EQ(p->recvs.box(0), (Box{{6, 2}, {2, 2}}));
+  EXPECT_EQ(p->recvs.box(2), (Box{{0, 2}, {2, 2}}));
+  EXPECT_EQ(p->recvs.NumElements(1), 4);
+  ASSERT_EQ(p->sends.size(), 3u);
+  EXPECT_EQ(p->sends.peers, (std::vector<int>{0, 2, 3}));  // by destination mesh index
+  EXPECT_EQ(p->sends.box(0), (Box{{2, 0}, {2, 2}}));
+  EXPECT_EQ(p->sends.box(2), (Box{{2, 6}, {2, 1}}));  // uneven: the last column chunk is 1 wide
+  EXPECT_EQ(p->sends.offset(2)[1], 6);
+  EXPECT_EQ(p->sends.shape(2)[1], 1);
+}
+
+// A true all-to-all on 512 ranks: every rank exchanges with all others, each piece one block.
+TEST(DirectPiecesOfRankTest, AllToAllPiecesCoverTheBoxes) {
+  const DeviceMesh mesh = testing::MakeMesh({8, 8, 8});
+  const Layout from = testing::MakeLayout({1024, 1536, 3}, mesh, "S(0),S(0),S(0)");
+  const Layout to = testing::MakeLayout({1024, 1536, 3}, mesh, "S(1),S(1),S(1)");
+  for (int rank : {0, 1, 255, 511}) {
+    StatusOr<RankPieces> p = DirectPiecesOfRank(from, to, rank);
+    ASSERT_TRUE(p.ok()) << p.status().ToString();
+    ASSERT_EQ(p->recvs.size(), 511u);
+    ASSERT_EQ(p->sends.size(), 511u);
+    int64_t in = 0, out = 0;
+    for (size_t i = 0; i < 511; ++i) {
+      in += p->recvs.NumElements(i);
+      out += p->sends.NumElements(i);
+    }
+    const Box fb = *from.LocalBox(rank), tb = *to.LocalBox(rank);
+    const int64_t kept = Intersect(fb, tb).NumElements();
+    EXPECT_EQ(in + kept, tb.NumElements()) << rank;
+    EXPECT_EQ(out + kept, fb.NumElements()) << rank;
+  }
+}
+
 TEST(DirectTransfersOfRankTest, Errors) {
   const DeviceMesh mesh = testing::MakeMesh({2, 2});
   const Layout s0 = testing::MakeLayout({4, 4}, mesh, "S(0),R");
@@ -166,6 +210,10 @@ TEST(DirectTransfersOfRankTest, Errors) {
   EXPECT_NE(r.status().ToString().find("Partial"), std::string::npos) << r.status().ToString();
   r = DirectTransfersOfRank(s0, testing::MakeLayout({4, 5}, mesh, "R,S(1)"), 0);
   EXPECT_FALSE(r.ok());
+  StatusOr<RankPieces> f = DirectPiecesOfRank(s0, s1, -1);
+  ASSERT_FALSE(f.ok());
+  EXPECT_NE(f.status().ToString().find("rank -1"), std::string::npos) << f.status().ToString();
+  EXPECT_FALSE(DirectPiecesOfRank(p, s1, 0).ok());
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 // Every example in planner/planner.h, planner/plan_cache.h, planner/search.h,
-// planner/transforms.h, planner/cost_model.h and planner/plan_format.h is compiled here; keep them
-// identical.
+// planner/transforms.h, planner/cost_model.h, planner/plan_format.h and planner/direct.h is compiled
+// here; keep them identical.
 #include <cstdint>
 #include <iostream>
 #include <memory>
@@ -15,6 +15,7 @@
 #include "meshflow/dtensor/placement.h"
 #include "meshflow/mesh/device_mesh.h"
 #include "meshflow/planner/cost_model.h"
+#include "meshflow/planner/direct.h"
 #include "meshflow/planner/plan.h"
 #include "meshflow/planner/plan_cache.h"
 #include "meshflow/planner/plan_format.h"
@@ -126,6 +127,21 @@ TEST(CostModelDocTest, ModelStep) {
 }
 
 // planner/plan_format.h: PlanToText, PlanToJson's keys and DrawLayout.
+// planner/direct.h
+TEST(DirectDocTest, DirectPiecesOfRank) {
+  const DeviceMesh mesh = *DeviceMesh::Create({4});
+  const Layout rows = *Layout::Create({8, 8}, mesh, {Shard{0}});
+  const Layout cols = *Layout::Create({8, 8}, mesh, {Shard{1}});
+  const RankPieces p = *DirectPiecesOfRank(rows, cols, 1);
+  // Rank 1 holds rows 2..3 and needs columns 2..3. p.recvs: 3 pieces from peers 0, 2, 3, the
+  // first p.recvs.box(0) == [0:2, 2:4]; p.sends: 3 pieces to peers 0, 2, 3, the first
+  // p.sends.box(0) == [2:4, 0:2].
+  EXPECT_EQ(p.recvs.peers, (std::vector<int>{0, 2, 3}));
+  EXPECT_EQ(p.recvs.box(0).ToString(), "[0:2, 2:4]");
+  EXPECT_EQ(p.sends.peers, (std::vector<int>{0, 2, 3}));
+  EXPECT_EQ(p.sends.box(0).ToString(), "[2:4, 0:2]");
+}
+
 TEST(PlanFormatDocTest, PlanToText) {
   StatusOr<Plan> plan =
       PlanRedistribution(MakeLayout({Shard{0}, Shard{1}}), MakeLayout({Shard{1}, Shard{0}}), DType::kF32, Topology());
