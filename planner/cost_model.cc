@@ -35,12 +35,6 @@ std::vector<std::string> Split(const std::string& s, char sep) {
   return out;
 }
 
-int64_t IndexOf(const DeviceMesh& mesh, const std::vector<int64_t>& c) {
-  int64_t i = 0;
-  for (int d = 0; d < mesh.ndim(); ++d) i = i * mesh.dim_size(d) + c[d];
-  return i;
-}
-
 double BetaUs(double factor, int64_t bytes, double bw_gbps) {
   // 1 GB/s = 1e3 bytes per microsecond.
   return factor * static_cast<double>(bytes) / (bw_gbps * 1e3);
@@ -321,12 +315,22 @@ void ChunksOverlapping(std::span<const int64_t> mesh_shape, std::span<const int>
 // time (max_bytes_per_rank its bytes).
 // With bytes_per_rank, also fills every rank's received bytes (mesh().ranks() order).
 // SendRecvCost on chains (`from` Partial-free; Replicate dims are those in no chain of `from`).
+//
+// Per destination, each tensor dim's overlapping source chunks (reused while the destination's
+// interval stays) carry their overlap length, their part of the source's mesh index and the
+// mesh dims where their coordinates differ from the destination's (a bit mask); a source block is
+// one chunk per tensor dim, so its bytes, index and mask are a product, a sum and an or, and its
+// link (max latency, min bandwidth over the differing dims) is a table lookup by mask. The
+// doubles are those of the per-source loop: the same link values, the same expression, summed in
+// source-rank order.
 StepCost SendRecvCostChains(const DeviceMesh& mesh, const ShardChains& from, const ShardChains& to, int64_t esize,
                             const Topology& topo, bool first_rank_only, std::vector<int64_t>* bytes_per_rank) {
   const int nd = mesh.ndim();
   const int tr = from.tensor_rank();
   const int64_t n = mesh.size();
   const std::vector<int>& ranks = mesh.ranks();
+  std::vector<int64_t> stride(static_cast<size_t>(nd), 1);  // row-major mesh index = sum coord * stride
+  for (int d = nd - 2; d >= 0; --d) stride[d] = stride[d + 1] * mesh.dim_size(d + 1);
   std::vector<char> sharded(static_cast<size_t>(nd), 0);
   for (int m : from.dims) sharded[m] = 1;
   // Replicate dims of the source (ascending) and their row-major holder spread.
@@ -338,6 +342,42 @@ StepCost SendRecvCostChains(const DeviceMesh& mesh, const ShardChains& from, con
       h_count *= mesh.dim_size(m);
     }
   }
+  // Masks of differing mesh dims have one bit per mesh dim of size >= 2 (only those can differ;
+  // there are at most 63 of them). Link per mask (LinkOf of a path: max latency, min bandwidth
+  // over it), tabulated for up to kMaskDims such dims, else computed per transfer.
+  std::vector<int> bit(static_cast<size_t>(nd), -1);
+  std::vector<double> lat, bw;
+  for (int d = 0; d < nd; ++d) {
+    if (mesh.dim_size(d) < 2) continue;
+    bit[d] = static_cast<int>(lat.size());
+    lat.push_back(topo.LatencyUs(d));
+    bw.push_back(topo.BandwidthGBps(d));
+  }
+  const int nb = static_cast<int>(lat.size());
+  constexpr int kMaskDims = 12;
+  const bool table = nb <= kMaskDims;
+  auto differ = [&](int m, bool d) { return d ? uint64_t{1} << bit[m] : uint64_t{0}; };
+  auto link_of = [&](uint64_t mask) {
+    Link link{0.0, std::numeric_limits<double>::infinity()};
+    for (int b = 0; b < nb; ++b) {
+      if (mask >> b & 1) {
+        link.alpha_us = std::max(link.alpha_us, lat[b]);
+        link.bw_gbps = std::min(link.bw_gbps, bw[b]);
+      }
+    }
+    return link;
+  };
+  std::vector<Link> links;
+  // Per link mask, the bytes and time of the last transfer priced on it (most transfers of a step
+  // repeat a few sizes): the same double without the division.
+  std::vector<int64_t> memo_bytes;
+  std::vector<double> memo_us;
+  if (table) {
+    links.resize(size_t{1} << nb);
+    for (uint64_t mask = 0; mask < links.size(); ++mask) links[mask] = link_of(mask);
+    memo_bytes.assign(links.size(), -1);
+    memo_us.assign(links.size(), 0.0);
+  }
   struct In {
     int src_rank;
     int64_t src_index;
@@ -348,21 +388,26 @@ StepCost SendRecvCostChains(const DeviceMesh& mesh, const ShardChains& from, con
   int64_t max_bytes = 0;
   std::vector<Interval> ti;
   // Per tensor dim, the non-empty source chunks overlapping the destination's interval: overlap
-  // lengths, and their chain coordinates (flat, chain order).
+  // lengths and chain coordinates (flat, chain order) from ChunksOverlapping, and per chunk its
+  // part of the source's mesh index and its differing-dims mask for the current destination.
   std::vector<std::vector<int64_t>> over_len(static_cast<size_t>(tr)), over_coords(static_cast<size_t>(tr));
+  std::vector<std::vector<int64_t>> over_index(static_cast<size_t>(tr));
+  std::vector<std::vector<uint64_t>> over_mask(static_cast<size_t>(tr));
   std::vector<int64_t> cc;
   std::vector<In> mine;
-  std::vector<int64_t> h(static_cast<size_t>(nd));
   std::vector<size_t> idx(static_cast<size_t>(tr));
+  // The odometer's order: tensor dims whose chains hold the innermost mesh dims vary fastest, so
+  // that the sources usually come in index order and need no sort.
+  std::vector<int> fastest(static_cast<size_t>(tr));
+  std::vector<int64_t> least_stride(static_cast<size_t>(tr), std::numeric_limits<int64_t>::max());
+  for (int t = 0; t < tr; ++t) {
+    fastest[t] = t;
+    for (int m : from.chain(t)) least_stride[t] = std::min(least_stride[t], stride[m]);
+  }
+  std::stable_sort(fastest.begin(), fastest.end(), [&](int a, int b) { return least_stride[a] < least_stride[b]; });
   const int64_t dst_end = first_rank_only ? std::min<int64_t>(n, 1) : n;
   std::vector<int64_t> c(static_cast<size_t>(nd), 0);
   std::vector<Interval> last_ti(static_cast<size_t>(tr));
-  // Per mesh dim latency and bandwidth (LinkOf of a path: max latency, min bandwidth over it).
-  std::vector<double> lat(static_cast<size_t>(nd)), bw(static_cast<size_t>(nd));
-  for (int d = 0; d < nd; ++d) {
-    lat[d] = topo.LatencyUs(d);
-    bw[d] = topo.BandwidthGBps(d);
-  }
   for (int64_t i = 0; i < dst_end; ++i) {
     if (i > 0) {  // the next row-major coordinate
       for (int d = nd - 1; d >= 0; --d) {
@@ -373,63 +418,84 @@ StepCost SendRecvCostChains(const DeviceMesh& mesh, const ShardChains& from, con
     LocalIntervals(to, c, ti);
     bool any = true;
     for (int t = 0; t < tr && any; ++t) {
+      const std::span<const int> chain = from.chain(t);
       // Neighbouring ranks often share a tensor dim's target interval: reuse its overlaps.
       if (!(i > 0 && last_ti[t] == ti[t])) {
-        const std::span<const int> chain = from.chain(t);
         over_len[t].clear();
         over_coords[t].clear();
         cc.assign(chain.size(), 0);
         ChunksOverlapping(from.mesh_shape, chain, 0, Interval{0, from.shape[t]}, ti[t], cc, over_len[t],
                           over_coords[t]);
         last_ti[t] = ti[t];
+        over_index[t].assign(over_len[t].size(), 0);
+        for (size_t e = 0; e < over_len[t].size(); ++e) {
+          const int64_t* pc = over_coords[t].data() + e * chain.size();
+          for (size_t j = 0; j < chain.size(); ++j) over_index[t][e] += pc[j] * stride[chain[j]];
+        }
       }
       any = !over_len[t].empty();
+      if (!any) break;
+      over_mask[t].assign(over_len[t].size(), 0);
+      for (size_t e = 0; e < over_len[t].size(); ++e) {
+        const int64_t* pc = over_coords[t].data() + e * chain.size();
+        uint64_t mask = 0;
+        for (size_t j = 0; j < chain.size(); ++j) mask |= differ(chain[j], pc[j] != c[chain[j]]);
+        over_mask[t][e] = mask;
+      }
     }
     if (!any) continue;
-    // Holder coordinates on the Replicate dims: row-major over them of i % h_count.
+    // Holder coordinates on the Replicate dims: row-major over them of i % h_count; their part of
+    // the index and of the mask.
+    int64_t rep_index = 0;
+    uint64_t rep_mask = 0;
     {
       int64_t rem = i % h_count;
       for (int j = static_cast<int>(rep.size()) - 1; j >= 0; --j) {
-        h[rep[j]] = rem % mesh.dim_size(rep[j]);
-        rem /= mesh.dim_size(rep[j]);
+        const int m = rep[j];
+        const int64_t h = rem % mesh.dim_size(m);
+        rem /= mesh.dim_size(m);
+        rep_index += h * stride[m];
+        rep_mask |= differ(m, h != c[m]);
       }
     }
     mine.clear();
     int64_t bytes_in = 0;
     std::fill(idx.begin(), idx.end(), 0);
     while (true) {
-      int64_t elems = 1;
-      bool own = true;
+      int64_t elems = 1, hi = rep_index;
+      uint64_t mask = 0;
       for (int t = 0; t < tr; ++t) {
         elems *= over_len[t][idx[t]];
-        const std::span<const int> chain = from.chain(t);
-        const int64_t* pc = over_coords[t].data() + idx[t] * chain.size();
-        for (size_t j = 0; j < chain.size(); ++j) {
-          h[chain[j]] = pc[j];
-          own = own && pc[j] == c[chain[j]];
-        }
+        hi += over_index[t][idx[t]];
+        mask |= over_mask[t][idx[t]];
       }
-      if (!own) {
-        Link link{0.0, std::numeric_limits<double>::infinity()};
-        for (int d = 0; d < nd; ++d) {
-          if (h[d] != c[d]) {
-            link.alpha_us = std::max(link.alpha_us, lat[d]);
-            link.bw_gbps = std::min(link.bw_gbps, bw[d]);
-          }
-        }
+      if (mask != 0) {  // not the destination's own block
+        const uint64_t full = mask | rep_mask;
         const int64_t bytes = elems * esize;
-        const int64_t hi = IndexOf(mesh, h);
-        mine.push_back(In{ranks[hi], hi, link.alpha_us + BetaUs(1.0, bytes, link.bw_gbps)});
+        double us;
+        if (!table) {
+          const Link link = link_of(full);
+          us = link.alpha_us + BetaUs(1.0, bytes, link.bw_gbps);
+        } else if (memo_bytes[full] == bytes) {  // the same transfer time as the last one on this link
+          us = memo_us[full];
+        } else {
+          us = links[full].alpha_us + BetaUs(1.0, bytes, links[full].bw_gbps);
+          memo_bytes[full] = bytes;
+          memo_us[full] = us;
+        }
+        mine.push_back(In{ranks[hi], hi, us});
         bytes_in += bytes;
       }
-      int t = 0;
-      for (; t < tr; ++t) {
+      int q = 0;
+      for (; q < tr; ++q) {
+        const int t = fastest[q];
         if (++idx[t] < over_len[t].size()) break;
         idx[t] = 0;
       }
-      if (t == tr) break;
+      if (q == tr) break;
     }
-    std::sort(mine.begin(), mine.end(), [](const In& a, const In& b) { return a.src_rank < b.src_rank; });
+    auto by_rank = [](const In& a, const In& b) { return a.src_rank < b.src_rank; };
+    if (!std::is_sorted(mine.begin(), mine.end(), by_rank)) std::sort(mine.begin(), mine.end(), by_rank);
     for (const In& x : mine) {
       in_us[i] += x.us;
       if (!first_rank_only) out_us[x.src_index] += x.us;

@@ -281,6 +281,33 @@ TEST(StepCostTest, SendRecvBetweenRandomLayoutsMatchesThePerRankModel) {
   EXPECT_GT(checked, 3000);
 }
 
+// Meshes with more than 64 dims (all but three of size 1): the send_recv pricing keeps one mask
+// bit per mesh dim that can differ, so dims past bit 63 are fine.
+TEST(StepCostTest, SendRecvOnAMeshWithManyUnitDims) {
+  Gen gen{std::mt19937(7)};
+  std::vector<int64_t> shape(70, 1);
+  shape[3] = 2;
+  shape[66] = 3;
+  shape[69] = 2;
+  const DeviceMesh mesh = *DeviceMesh::Create(shape);
+  int checked = 0;
+  for (int i = 0; i < 40; ++i) {
+    Placements pf(70, Replicate{}), pt(70, Replicate{});
+    for (int m : {3, 66, 69}) {
+      pf[static_cast<size_t>(m)] = gen.Uniform(0, 2) == 0 ? Placement{Replicate{}} : Placement{Shard{gen.Uniform(0, 1)}};
+      pt[static_cast<size_t>(m)] = gen.Uniform(0, 2) == 0 ? Placement{Replicate{}} : Placement{Shard{gen.Uniform(0, 1)}};
+    }
+    const Layout from = *Layout::Create({7, 12}, mesh, pf);
+    const Layout to = *Layout::Create({7, 12}, mesh, pt);
+    StatusOr<PlanStep> s = SendRecvStep(from, to);
+    if (!s.ok()) continue;
+    Topology topo;
+    topo.intra_dims = std::vector<int>{66};
+    ExpectSame(*s, DType::kF32, topo, &checked);
+  }
+  EXPECT_GT(checked, 20);
+}
+
 // The search as it was before send_recv edges were deferred: every edge relaxed eagerly at
 // expansion, a strictly better path replaces, ties go to the first path found.
 std::vector<PlanStep> EagerDijkstra(const Layout& from, const Layout& to, DType dtype, const Topology& topo) {
