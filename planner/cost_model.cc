@@ -309,6 +309,32 @@ void ChunksOverlapping(std::span<const int64_t> mesh_shape, std::span<const int>
   }
 }
 
+// One transfer into the destination being priced (SendRecvCostChains).
+struct SendRecvIn {
+  int src_rank;
+  int64_t src_index;
+  double us;
+};
+
+// SendRecvCostChains' buffers, reused per thread (the search prices an edge per expansion).
+struct SendRecvScratch {
+  std::vector<int64_t> stride, cc, c, least_stride, memo_bytes;
+  std::vector<char> sharded;
+  std::vector<int> rep, bit, fastest;
+  std::vector<double> lat, bw, memo_us, in_us, out_us;
+  std::vector<Link> links;
+  std::vector<Interval> ti, last_ti;
+  std::vector<std::vector<int64_t>> over_len, over_coords, over_index;
+  std::vector<std::vector<uint64_t>> over_mask;
+  std::vector<SendRecvIn> mine;
+  std::vector<size_t> idx;
+};
+
+SendRecvScratch& SendRecvScratchOfThread() {
+  thread_local SendRecvScratch s;
+  return s;
+}
+
 // ModelStep's send_recv time and busiest rank's bytes, from the same transfers summed in the same
 // order (see ModelStepCost), without the (destination, block) pass of DirectTransfers.
 // With first_rank_only, only the destination at mesh index 0 is priced and `us` is its incoming
@@ -329,12 +355,16 @@ StepCost SendRecvCostChains(const DeviceMesh& mesh, const ShardChains& from, con
   const int tr = from.tensor_rank();
   const int64_t n = mesh.size();
   const std::vector<int>& ranks = mesh.ranks();
-  std::vector<int64_t> stride(static_cast<size_t>(nd), 1);  // row-major mesh index = sum coord * stride
+  SendRecvScratch& sc = SendRecvScratchOfThread();
+  std::vector<int64_t>& stride = sc.stride;  // row-major mesh index = sum coord * stride
+  stride.assign(static_cast<size_t>(nd), 1);
   for (int d = nd - 2; d >= 0; --d) stride[d] = stride[d + 1] * mesh.dim_size(d + 1);
-  std::vector<char> sharded(static_cast<size_t>(nd), 0);
+  std::vector<char>& sharded = sc.sharded;
+  sharded.assign(static_cast<size_t>(nd), 0);
   for (int m : from.dims) sharded[m] = 1;
   // Replicate dims of the source (ascending) and their row-major holder spread.
-  std::vector<int> rep;
+  std::vector<int>& rep = sc.rep;
+  rep.clear();
   int64_t h_count = 1;
   for (int m = 0; m < nd; ++m) {
     if (!sharded[m]) {
@@ -345,8 +375,12 @@ StepCost SendRecvCostChains(const DeviceMesh& mesh, const ShardChains& from, con
   // Masks of differing mesh dims have one bit per mesh dim of size >= 2 (only those can differ;
   // there are at most 63 of them). Link per mask (LinkOf of a path: max latency, min bandwidth
   // over it), tabulated for up to kMaskDims such dims, else computed per transfer.
-  std::vector<int> bit(static_cast<size_t>(nd), -1);
-  std::vector<double> lat, bw;
+  std::vector<int>& bit = sc.bit;
+  bit.assign(static_cast<size_t>(nd), -1);
+  std::vector<double>& lat = sc.lat;
+  std::vector<double>& bw = sc.bw;
+  lat.clear();
+  bw.clear();
   for (int d = 0; d < nd; ++d) {
     if (mesh.dim_size(d) < 2) continue;
     bit[d] = static_cast<int>(lat.size());
@@ -367,47 +401,57 @@ StepCost SendRecvCostChains(const DeviceMesh& mesh, const ShardChains& from, con
     }
     return link;
   };
-  std::vector<Link> links;
+  std::vector<Link>& links = sc.links;
   // Per link mask, the bytes and time of the last transfer priced on it (most transfers of a step
   // repeat a few sizes): the same double without the division.
-  std::vector<int64_t> memo_bytes;
-  std::vector<double> memo_us;
+  std::vector<int64_t>& memo_bytes = sc.memo_bytes;
+  std::vector<double>& memo_us = sc.memo_us;
   if (table) {
     links.resize(size_t{1} << nb);
     for (uint64_t mask = 0; mask < links.size(); ++mask) links[mask] = link_of(mask);
     memo_bytes.assign(links.size(), -1);
     memo_us.assign(links.size(), 0.0);
   }
-  struct In {
-    int src_rank;
-    int64_t src_index;
-    double us;
-  };
   const size_t slots = first_rank_only ? 1 : static_cast<size_t>(n);
-  std::vector<double> in_us(slots, 0.0), out_us(first_rank_only ? 0 : slots, 0.0);
+  std::vector<double>& in_us = sc.in_us;
+  std::vector<double>& out_us = sc.out_us;
+  in_us.assign(slots, 0.0);
+  out_us.assign(first_rank_only ? 0 : slots, 0.0);
   int64_t max_bytes = 0;
-  std::vector<Interval> ti;
+  std::vector<Interval>& ti = sc.ti;
   // Per tensor dim, the non-empty source chunks overlapping the destination's interval: overlap
   // lengths and chain coordinates (flat, chain order) from ChunksOverlapping, and per chunk its
   // part of the source's mesh index and its differing-dims mask for the current destination.
-  std::vector<std::vector<int64_t>> over_len(static_cast<size_t>(tr)), over_coords(static_cast<size_t>(tr));
-  std::vector<std::vector<int64_t>> over_index(static_cast<size_t>(tr));
-  std::vector<std::vector<uint64_t>> over_mask(static_cast<size_t>(tr));
-  std::vector<int64_t> cc;
-  std::vector<In> mine;
-  std::vector<size_t> idx(static_cast<size_t>(tr));
+  std::vector<std::vector<int64_t>>& over_len = sc.over_len;
+  std::vector<std::vector<int64_t>>& over_coords = sc.over_coords;
+  std::vector<std::vector<int64_t>>& over_index = sc.over_index;
+  std::vector<std::vector<uint64_t>>& over_mask = sc.over_mask;
+  if (over_len.size() < static_cast<size_t>(tr)) {
+    over_len.resize(static_cast<size_t>(tr));
+    over_coords.resize(static_cast<size_t>(tr));
+    over_index.resize(static_cast<size_t>(tr));
+    over_mask.resize(static_cast<size_t>(tr));
+  }
+  std::vector<int64_t>& cc = sc.cc;
+  std::vector<SendRecvIn>& mine = sc.mine;
+  std::vector<size_t>& idx = sc.idx;
+  idx.assign(static_cast<size_t>(tr), 0);
   // The odometer's order: tensor dims whose chains hold the innermost mesh dims vary fastest, so
   // that the sources usually come in index order and need no sort.
-  std::vector<int> fastest(static_cast<size_t>(tr));
-  std::vector<int64_t> least_stride(static_cast<size_t>(tr), std::numeric_limits<int64_t>::max());
+  std::vector<int>& fastest = sc.fastest;
+  std::vector<int64_t>& least_stride = sc.least_stride;
+  fastest.resize(static_cast<size_t>(tr));
+  least_stride.assign(static_cast<size_t>(tr), std::numeric_limits<int64_t>::max());
   for (int t = 0; t < tr; ++t) {
     fastest[t] = t;
     for (int m : from.chain(t)) least_stride[t] = std::min(least_stride[t], stride[m]);
   }
   std::stable_sort(fastest.begin(), fastest.end(), [&](int a, int b) { return least_stride[a] < least_stride[b]; });
   const int64_t dst_end = first_rank_only ? std::min<int64_t>(n, 1) : n;
-  std::vector<int64_t> c(static_cast<size_t>(nd), 0);
-  std::vector<Interval> last_ti(static_cast<size_t>(tr));
+  std::vector<int64_t>& c = sc.c;
+  c.assign(static_cast<size_t>(nd), 0);
+  std::vector<Interval>& last_ti = sc.last_ti;
+  last_ti.assign(static_cast<size_t>(tr), Interval{});
   for (int64_t i = 0; i < dst_end; ++i) {
     if (i > 0) {  // the next row-major coordinate
       for (int d = nd - 1; d >= 0; --d) {
@@ -483,7 +527,7 @@ StepCost SendRecvCostChains(const DeviceMesh& mesh, const ShardChains& from, con
           memo_bytes[full] = bytes;
           memo_us[full] = us;
         }
-        mine.push_back(In{ranks[hi], hi, us});
+        mine.push_back(SendRecvIn{ranks[hi], hi, us});
         bytes_in += bytes;
       }
       int q = 0;
@@ -494,9 +538,9 @@ StepCost SendRecvCostChains(const DeviceMesh& mesh, const ShardChains& from, con
       }
       if (q == tr) break;
     }
-    auto by_rank = [](const In& a, const In& b) { return a.src_rank < b.src_rank; };
+    auto by_rank = [](const SendRecvIn& a, const SendRecvIn& b) { return a.src_rank < b.src_rank; };
     if (!std::is_sorted(mine.begin(), mine.end(), by_rank)) std::sort(mine.begin(), mine.end(), by_rank);
-    for (const In& x : mine) {
+    for (const SendRecvIn& x : mine) {
       in_us[i] += x.us;
       if (!first_rank_only) out_us[x.src_index] += x.us;
     }
