@@ -56,8 +56,10 @@ struct CellScratch {
   std::vector<char> used;
 };
 
-CellScratch& Scratch() {
-  thread_local CellScratch s;
+// One T per thread, reused between calls (the scratch buffers below).
+template <typename T>
+T& PerThread() {
+  thread_local T s;
   return s;
 }
 
@@ -236,7 +238,7 @@ void AllCoordinates(const DeviceMesh& mesh, CellScratch& s) {
 int64_t MaxElementsNotHeld(const ShardChains& from, const ShardChains& to) {
   const int tr = from.tensor_rank();
   int64_t same = 1;  // product of the equal-chain tensor dims' longest lengths
-  CellScratch& s = Scratch();
+  CellScratch& s = PerThread<CellScratch>();
   std::vector<bool>& diff = s.diff;
   diff.assign(static_cast<size_t>(tr), false);
   bool any = false;
@@ -330,11 +332,6 @@ struct SendRecvScratch {
   std::vector<size_t> idx;
 };
 
-SendRecvScratch& SendRecvScratchOfThread() {
-  thread_local SendRecvScratch s;
-  return s;
-}
-
 // ModelStep's send_recv time and busiest rank's bytes, from the same transfers summed in the same
 // order (see ModelStepCost), without the (destination, block) pass of DirectTransfers.
 // With first_rank_only, only the destination at mesh index 0 is priced and `us` is its incoming
@@ -355,7 +352,7 @@ StepCost SendRecvCostChains(const DeviceMesh& mesh, const ShardChains& from, con
   const int tr = from.tensor_rank();
   const int64_t n = mesh.size();
   const std::vector<int>& ranks = mesh.ranks();
-  SendRecvScratch& sc = SendRecvScratchOfThread();
+  SendRecvScratch& sc = PerThread<SendRecvScratch>();
   std::vector<int64_t>& stride = sc.stride;  // row-major mesh index = sum coord * stride
   stride.assign(static_cast<size_t>(nd), 1);
   for (int d = nd - 2; d >= 0; --d) stride[d] = stride[d + 1] * mesh.dim_size(d + 1);
@@ -750,7 +747,7 @@ StatusOr<StepModel> ModelStep(const PlanStep& step, DType dtype, const Topology&
   for (int d : step.mesh_dims) g *= mesh.dim_size(d);
   const Link link = LinkOf(topo, step.mesh_dims);
   int64_t max_from = 0, max_to = 0;
-  CellScratch& s = Scratch();
+  CellScratch& s = PerThread<CellScratch>();
   AllCoordinates(mesh, s);
   int64_t i = 0;
   const StepKind kind = step.kind;
@@ -884,7 +881,7 @@ Status FillPlanCostsImpl(Plan& plan, const Topology& topo, bool keep_send_recv_u
       m.us = step.modelled_us;
       m.bytes_per_rank.assign(n, 0);
       FlatChains fa, fb;
-      CellScratch& s = Scratch();
+      CellScratch& s = PerThread<CellScratch>();
       AllCoordinates(mesh, s);
       size_t i = 0;
       ForEachGridPoint(fa.Of(step.from), fb.Of(step.to), s,
@@ -911,7 +908,7 @@ Status FillPlanCostsImpl(Plan& plan, const Topology& topo, bool keep_send_recv_u
       // LowerBoundElementsPerRank without Partial target dims: the elements of each rank's
       // target box not in its source box.
       FlatChains fa, fb;
-      CellScratch& s = Scratch();
+      CellScratch& s = PerThread<CellScratch>();
       AllCoordinates(mesh, s);
       ForEachGridPoint(fa.Of(plan.from), fb.Of(plan.to), s,
                        [&](int64_t, int64_t te, int64_t held) { lb = std::max(lb, te - held); });
