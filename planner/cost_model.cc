@@ -347,7 +347,8 @@ struct SendRecvScratch {
 // doubles are those of the per-source loop: the same link values, the same expression, summed in
 // source-rank order.
 StepCost SendRecvCostChains(const DeviceMesh& mesh, const ShardChains& from, const ShardChains& to, int64_t esize,
-                            const Topology& topo, bool first_rank_only, std::vector<int64_t>* bytes_per_rank) {
+                            const Topology& topo, bool first_rank_only, std::vector<int64_t>* bytes_per_rank,
+                            int64_t limit_units = std::numeric_limits<int64_t>::max(), bool* gave_up = nullptr) {
   const int nd = mesh.ndim();
   const int tr = from.tensor_rank();
   const int64_t n = mesh.size();
@@ -444,6 +445,7 @@ StepCost SendRecvCostChains(const DeviceMesh& mesh, const ShardChains& from, con
     for (int m : from.chain(t)) least_stride[t] = std::min(least_stride[t], stride[m]);
   }
   std::stable_sort(fastest.begin(), fastest.end(), [&](int a, int b) { return least_stride[a] < least_stride[b]; });
+  double running = 0;  // max of the finished destinations' incoming and the partial outgoing times
   const int64_t dst_end = first_rank_only ? std::min<int64_t>(n, 1) : n;
   std::vector<int64_t>& c = sc.c;
   c.assign(static_cast<size_t>(nd), 0);
@@ -539,10 +541,20 @@ StepCost SendRecvCostChains(const DeviceMesh& mesh, const ShardChains& from, con
     if (!std::is_sorted(mine.begin(), mine.end(), by_rank)) std::sort(mine.begin(), mine.end(), by_rank);
     for (const SendRecvIn& x : mine) {
       in_us[i] += x.us;
-      if (!first_rank_only) out_us[x.src_index] += x.us;
+      if (!first_rank_only) {
+        out_us[x.src_index] += x.us;
+        running = std::max(running, out_us[x.src_index]);
+      }
     }
     max_bytes = std::max(max_bytes, bytes_in);
     if (bytes_per_rank != nullptr) (*bytes_per_rank)[i] = bytes_in;
+    // in_us[i] is final and the outgoing sums only grow (non-negative addends): the time is at
+    // least `running`.
+    running = std::max(running, in_us[i]);
+    if (limit_units != std::numeric_limits<int64_t>::max() && CostUnits(running) > limit_units) {
+      if (gave_up != nullptr) *gave_up = true;
+      return StepCost{};
+    }
   }
   StepCost out;
   out.max_bytes_per_rank = max_bytes;
@@ -804,6 +816,14 @@ int64_t MaxLocalElements(const Layout& layout) {
 StepCost SendRecvStepCost(const DeviceMesh& mesh, const ShardChains& from, const ShardChains& to, int64_t esize,
                           const Topology& topo, bool first_rank_only) {
   return SendRecvCostChains(mesh, from, to, esize, topo, first_rank_only, nullptr);
+}
+
+std::optional<StepCost> SendRecvStepCostWithin(const DeviceMesh& mesh, const ShardChains& from, const ShardChains& to,
+                                               int64_t esize, const Topology& topo, int64_t limit_units) {
+  bool gave_up = false;
+  const StepCost c = SendRecvCostChains(mesh, from, to, esize, topo, false, nullptr, limit_units, &gave_up);
+  if (gave_up || CostUnits(c.us) > limit_units) return std::nullopt;
+  return c;
 }
 
 StepCost CollectiveStepCost(StepKind kind, std::span<const int> mesh_dims, const ShardChains& from,

@@ -179,6 +179,13 @@ StepCost CollectiveStepCost(StepKind kind, std::span<const int> mesh_dims, const
 StepCost SendRecvStepCost(const DeviceMesh& mesh, const ShardChains& from, const ShardChains& to, int64_t esize,
                           const Topology& topo, bool first_rank_only);
 
+// SendRecvStepCost (all ranks) when CostUnits of its time is at most `limit_units`, else nullopt,
+// found as soon as the ranks priced so far prove it (each finished destination's incoming time and
+// the partial outgoing sums, which only grow, bound the time from below): the search's exact
+// pricing of a send_recv edge that cannot beat its target's path stops early.
+std::optional<StepCost> SendRecvStepCostWithin(const DeviceMesh& mesh, const ShardChains& from, const ShardChains& to,
+                                               int64_t esize, const Topology& topo, int64_t limit_units);
+
 // Fills every step's bytes_per_rank and modelled_us, and the plan's modelled_us,
 // bytes_received_per_rank, max_bytes_received_per_rank and lower_bound_bytes_per_rank.
 Status FillPlanCosts(Plan& plan, const Topology& topo);

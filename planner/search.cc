@@ -521,11 +521,16 @@ StatusOr<Plan> PlanRedistribution(const Layout& from, const Layout& to, DType dt
     for (int m = 0; m < nd; ++m) all_dims[m] = m;
     const ShardChains direct_chains = sp.Chains(direct_st.data());
     auto price_deferred = [&](Deferred& d) -> Status {
-      const StepCost sc =
-          SendRecvStepCost(from.mesh(), sp.Chains(sp.state(d.parent)), direct_chains, esize, topo, false);
+      // Only a time within dist - parent can relax the target (a higher one makes a strictly
+      // higher path cost): the pricing gives up as soon as the time is known to exceed it.
+      const int64_t target_time = std::get<0>(dist[d.target_id]);
+      const int64_t limit = target_time == kMax ? kMax : target_time - std::get<0>(d.parent_cost);
+      const std::optional<StepCost> sc =
+          SendRecvStepCostWithin(from.mesh(), sp.Chains(sp.state(d.parent)), direct_chains, esize, topo, limit);
       d.priced = true;
-      Via v{StepKind::kSendRecv, 0, 0, -1, -1, sc.us, sc.max_bytes_per_rank};
-      relax(d.target_id, Extend(d.parent_cost, sc.us, sc.max_bytes_per_rank), d.stamp, d.parent, v, all_dims);
+      if (!sc) return Status();  // eager relaxation would change nothing
+      Via v{StepKind::kSendRecv, 0, 0, -1, -1, sc->us, sc->max_bytes_per_rank};
+      relax(d.target_id, Extend(d.parent_cost, sc->us, sc->max_bytes_per_rank), d.stamp, d.parent, v, all_dims);
       return Status();
     };
     std::vector<int> shard_dims, rep_dims, partial_dims, lp_dims, sp_dims, buf, suffix;

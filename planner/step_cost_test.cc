@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <optional>
 #include <queue>
@@ -279,6 +280,45 @@ TEST(StepCostTest, SendRecvBetweenRandomLayoutsMatchesThePerRankModel) {
     ExpectSame(*s, DType::kF32, gen.Topo(mesh.ndim()), &checked);
   }
   EXPECT_GT(checked, 3000);
+}
+
+// SendRecvStepCostWithin: the full cost when its time is within the limit, nullopt above it (it
+// may stop early, but never on a time the limit admits).
+TEST(StepCostTest, SendRecvWithinALimitGivesUpOnlyAboveIt) {
+  Gen gen{std::mt19937(5)};
+  auto chains = [](const Layout& l, std::vector<int>& dims, std::vector<int>& begin) {
+    dims.clear();
+    begin.assign(1, 0);
+    for (const std::vector<int>& o : l.shard_order()) {
+      dims.insert(dims.end(), o.begin(), o.end());
+      begin.push_back(static_cast<int>(dims.size()));
+    }
+    return ShardChains{l.global_shape(), l.mesh().shape(), dims, begin};
+  };
+  int checked = 0;
+  for (int i = 0; i < 1500; ++i) {
+    const DeviceMesh mesh = gen.Mesh();
+    const std::vector<int64_t> shape = gen.Shape();
+    const Layout from = gen.RandomLayout(shape, mesh, false);
+    const Layout to = gen.RandomLayout(shape, mesh, false);
+    const Topology topo = gen.Topo(mesh.ndim());
+    std::vector<int> fd, fb, td, tb;
+    const ShardChains a = chains(from, fd, fb), b = chains(to, td, tb);
+    const StepCost full = SendRecvStepCost(mesh, a, b, 4, topo, false);
+    const int64_t units = CostUnits(full.us);
+    for (int64_t limit : {units, units + 1, std::numeric_limits<int64_t>::max()}) {
+      const std::optional<StepCost> c = SendRecvStepCostWithin(mesh, a, b, 4, topo, limit);
+      ASSERT_TRUE(c.has_value()) << from.ToString() << " -> " << to.ToString() << " limit " << limit;
+      EXPECT_EQ(c->us, full.us);
+      EXPECT_EQ(c->max_bytes_per_rank, full.max_bytes_per_rank);
+    }
+    if (units > 0) {
+      EXPECT_FALSE(SendRecvStepCostWithin(mesh, a, b, 4, topo, units - 1).has_value())
+          << from.ToString() << " -> " << to.ToString();
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 400);
 }
 
 // Meshes with more than 64 dims (all but three of size 1): the send_recv pricing keeps one mask
