@@ -322,7 +322,8 @@ struct SendRecvIn {
 struct SendRecvScratch {
   std::vector<int64_t> stride, cc, c, least_stride, memo_bytes;
   std::vector<char> sharded;
-  std::vector<int> rep, bit, fastest;
+  std::vector<int> rep, bit, fastest, last_dim;
+  std::vector<char> mask_ok;
   std::vector<double> lat, bw, memo_us, in_us, out_us;
   std::vector<Link> links;
   std::vector<Interval> ti, last_ti;
@@ -451,11 +452,25 @@ StepCost SendRecvCostChains(const DeviceMesh& mesh, const ShardChains& from, con
   c.assign(static_cast<size_t>(nd), 0);
   std::vector<Interval>& last_ti = sc.last_ti;
   last_ti.assign(static_cast<size_t>(tr), Interval{});
+  // A tensor dim's masks depend on the destination's coordinates on its chain's mesh dims: they
+  // are recomputed when one of those (or the dim's overlaps) changed.
+  std::vector<int>& last_dim = sc.last_dim;  // per tensor dim, its chain's highest mesh dim (-1: none)
+  std::vector<char>& mask_ok = sc.mask_ok;
+  last_dim.assign(static_cast<size_t>(tr), -1);
+  mask_ok.assign(static_cast<size_t>(tr), 0);
+  for (int t = 0; t < tr; ++t) {
+    for (int m : from.chain(t)) last_dim[t] = std::max(last_dim[t], m);
+  }
   for (int64_t i = 0; i < dst_end; ++i) {
-    if (i > 0) {  // the next row-major coordinate
+    if (i > 0) {  // the next row-major coordinate: mesh dims first_changed.. change
+      int first_changed = nd - 1;
       for (int d = nd - 1; d >= 0; --d) {
+        first_changed = d;
         if (++c[d] < mesh.dim_size(d)) break;
         c[d] = 0;
+      }
+      for (int t = 0; t < tr; ++t) {
+        if (last_dim[t] >= first_changed) mask_ok[t] = 0;
       }
     }
     LocalIntervals(to, c, ti);
@@ -470,6 +485,7 @@ StepCost SendRecvCostChains(const DeviceMesh& mesh, const ShardChains& from, con
         ChunksOverlapping(from.mesh_shape, chain, 0, Interval{0, from.shape[t]}, ti[t], cc, over_len[t],
                           over_coords[t]);
         last_ti[t] = ti[t];
+        mask_ok[t] = 0;
         over_index[t].assign(over_len[t].size(), 0);
         for (size_t e = 0; e < over_len[t].size(); ++e) {
           const int64_t* pc = over_coords[t].data() + e * chain.size();
@@ -478,6 +494,8 @@ StepCost SendRecvCostChains(const DeviceMesh& mesh, const ShardChains& from, con
       }
       any = !over_len[t].empty();
       if (!any) break;
+      if (mask_ok[t]) continue;
+      mask_ok[t] = 1;
       over_mask[t].assign(over_len[t].size(), 0);
       for (size_t e = 0; e < over_len[t].size(); ++e) {
         const int64_t* pc = over_coords[t].data() + e * chain.size();
