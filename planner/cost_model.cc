@@ -486,17 +486,19 @@ StepCost SendRecvCostChains(const DeviceMesh& mesh, const ShardChains& from, con
                           over_coords[t]);
         last_ti[t] = ti[t];
         mask_ok[t] = 0;
-        over_index[t].assign(over_len[t].size(), 0);
+        over_index[t].resize(over_len[t].size());
         for (size_t e = 0; e < over_len[t].size(); ++e) {
           const int64_t* pc = over_coords[t].data() + e * chain.size();
-          for (size_t j = 0; j < chain.size(); ++j) over_index[t][e] += pc[j] * stride[chain[j]];
+          int64_t index = 0;
+          for (size_t j = 0; j < chain.size(); ++j) index += pc[j] * stride[chain[j]];
+          over_index[t][e] = index;
         }
       }
       any = !over_len[t].empty();
       if (!any) break;
       if (mask_ok[t]) continue;
       mask_ok[t] = 1;
-      over_mask[t].assign(over_len[t].size(), 0);
+      over_mask[t].resize(over_len[t].size());
       for (size_t e = 0; e < over_len[t].size(); ++e) {
         const int64_t* pc = over_coords[t].data() + e * chain.size();
         uint64_t mask = 0;
