@@ -131,20 +131,6 @@ int64_t MaxLocalElements(const ShardChains& l) {
   return e;
 }
 
-// A Layout's shard order as chains (ShardChains views into `dims` / `begin`).
-struct FlatChains {
-  std::vector<int> dims, begin;
-  ShardChains Of(const Layout& l) {
-    dims.clear();
-    begin.assign(1, 0);
-    for (const std::vector<int>& o : l.shard_order()) {
-      dims.insert(dims.end(), o.begin(), o.end());
-      begin.push_back(static_cast<int>(dims.size()));
-    }
-    return ShardChains{l.global_shape(), l.mesh().shape(), dims, begin};
-  }
-};
-
 // Calls f(from_elems, to_elems, held) for every point of the grid s.grid (per mesh dim, the
 // coordinates to visit; row-major, the last mesh dim fastest), where from_elems and to_elems are
 // the element counts of the two boxes at that coordinate and held = |from box ∩ to box|. Each
@@ -597,6 +583,16 @@ StatusOr<StepCost> SendRecvCost(const Layout& from, const Layout& to, int64_t es
 }
 
 }  // namespace
+
+ShardChains FlatChains::Of(const Layout& l) {
+  dims.clear();
+  begin.assign(1, 0);
+  for (const std::vector<int>& o : l.shard_order()) {
+    dims.insert(dims.end(), o.begin(), o.end());
+    begin.push_back(static_cast<int>(dims.size()));
+  }
+  return ShardChains{l.global_shape(), l.mesh().shape(), dims, begin};
+}
 
 bool Topology::IsIntra(int mesh_dim) const {
   if (!intra_dims.has_value()) return true;

@@ -164,6 +164,13 @@ struct ShardChains {
   std::span<const int> chain(int t) const { return dims.subspan(begin[t], begin[t + 1] - begin[t]); }
 };
 
+// A Layout's shard order as chains: Of() returns views into this object's `dims` / `begin` (valid
+// until the next Of() or its destruction) and into the layout's shape and mesh.
+struct FlatChains {
+  std::vector<int> dims, begin;
+  ShardChains Of(const Layout& l);
+};
+
 // ModelStepCost of a collective step (all_gather, reduce_scatter, all_reduce, all_to_all; local
 // kinds cost 0) from its kind, mesh dims and the two layouts' chains: the same doubles and bytes
 // as ModelStepCost (which calls it). Precondition: valid mesh dims; not send_recv. No allocation

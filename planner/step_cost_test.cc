@@ -286,15 +286,6 @@ TEST(StepCostTest, SendRecvBetweenRandomLayoutsMatchesThePerRankModel) {
 // may stop early, but never on a time the limit admits).
 TEST(StepCostTest, SendRecvWithinALimitGivesUpOnlyAboveIt) {
   Gen gen{std::mt19937(5)};
-  auto chains = [](const Layout& l, std::vector<int>& dims, std::vector<int>& begin) {
-    dims.clear();
-    begin.assign(1, 0);
-    for (const std::vector<int>& o : l.shard_order()) {
-      dims.insert(dims.end(), o.begin(), o.end());
-      begin.push_back(static_cast<int>(dims.size()));
-    }
-    return ShardChains{l.global_shape(), l.mesh().shape(), dims, begin};
-  };
   int checked = 0;
   for (int i = 0; i < 1500; ++i) {
     const DeviceMesh mesh = gen.Mesh();
@@ -302,8 +293,8 @@ TEST(StepCostTest, SendRecvWithinALimitGivesUpOnlyAboveIt) {
     const Layout from = gen.RandomLayout(shape, mesh, false);
     const Layout to = gen.RandomLayout(shape, mesh, false);
     const Topology topo = gen.Topo(mesh.ndim());
-    std::vector<int> fd, fb, td, tb;
-    const ShardChains a = chains(from, fd, fb), b = chains(to, td, tb);
+    FlatChains fa, fb;
+    const ShardChains a = fa.Of(from), b = fb.Of(to);
     const StepCost full = SendRecvStepCost(mesh, a, b, 4, topo, false);
     const int64_t units = CostUnits(full.us);
     for (int64_t limit : {units, units + 1, std::numeric_limits<int64_t>::max()}) {
