@@ -46,6 +46,8 @@ class DeviceMesh {
   const std::vector<int64_t>& shape() const { return shape_; }
   // Precondition: 0 <= d < ndim().
   int64_t dim_size(int d) const { return shape_[d]; }
+  // Row-major strides over shape(): a member's position is the sum of coordinate[d] * strides()[d].
+  const std::vector<int64_t>& strides() const { return strides_; }
   // Empty when the mesh has no names.
   const std::vector<std::string>& names() const { return names_; }
   // World rank of the member at position `index` (row-major over shape()): O(1) and allocation

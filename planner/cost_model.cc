@@ -306,12 +306,11 @@ struct SendRecvIn {
 
 // SendRecvCostChains' buffers, reused per thread (the search prices an edge per expansion).
 struct SendRecvScratch {
-  std::vector<int64_t> stride, cc, c, least_stride, memo_bytes;
+  std::vector<int64_t> cc, c, least_stride, memo_bytes;
   std::vector<char> sharded;
   std::vector<int> rep, bit, fastest, last_dim;
   std::vector<char> mask_ok;
   std::vector<double> lat, bw, memo_us, in_us, out_us;
-  std::vector<Link> links;
   std::vector<Interval> ti, last_ti;
   std::vector<std::vector<int64_t>> over_len, over_coords, over_index;
   std::vector<std::vector<uint64_t>> over_mask;
@@ -330,7 +329,8 @@ struct SendRecvScratch {
 // interval stays) carry their overlap length, their part of the source's mesh index and the
 // mesh dims where their coordinates differ from the destination's (a bit mask); a source block is
 // one chunk per tensor dim, so its bytes, index and mask are a product, a sum and an or, and its
-// link (max latency, min bandwidth over the differing dims) is a table lookup by mask. The
+// link (max latency, min bandwidth over the differing dims) follows from the mask; the time of
+// the last transfer per mask is reused when the bytes repeat. The
 // doubles are those of the per-source loop: the same link values, the same expression, summed in
 // source-rank order.
 StepCost SendRecvCostChains(const DeviceMesh& mesh, const ShardChains& from, const ShardChains& to, int64_t esize,
@@ -339,11 +339,8 @@ StepCost SendRecvCostChains(const DeviceMesh& mesh, const ShardChains& from, con
   const int nd = mesh.ndim();
   const int tr = from.tensor_rank();
   const int64_t n = mesh.size();
-  const std::vector<int>& ranks = mesh.ranks();
   SendRecvScratch& sc = PerThread<SendRecvScratch>();
-  std::vector<int64_t>& stride = sc.stride;  // row-major mesh index = sum coord * stride
-  stride.assign(static_cast<size_t>(nd), 1);
-  for (int d = nd - 2; d >= 0; --d) stride[d] = stride[d + 1] * mesh.dim_size(d + 1);
+  const std::vector<int64_t>& stride = mesh.strides();  // mesh index = sum coord * stride
   std::vector<char>& sharded = sc.sharded;
   sharded.assign(static_cast<size_t>(nd), 0);
   for (int m : from.dims) sharded[m] = 1;
@@ -358,8 +355,8 @@ StepCost SendRecvCostChains(const DeviceMesh& mesh, const ShardChains& from, con
     }
   }
   // Masks of differing mesh dims have one bit per mesh dim of size >= 2 (only those can differ;
-  // there are at most 63 of them). Link per mask (LinkOf of a path: max latency, min bandwidth
-  // over it), tabulated for up to kMaskDims such dims, else computed per transfer.
+  // there are at most 63 of them). The link of a mask is LinkOf of that path (max latency, min
+  // bandwidth over it).
   std::vector<int>& bit = sc.bit;
   bit.assign(static_cast<size_t>(nd), -1);
   std::vector<double>& lat = sc.lat;
@@ -373,7 +370,7 @@ StepCost SendRecvCostChains(const DeviceMesh& mesh, const ShardChains& from, con
     bw.push_back(topo.BandwidthGBps(d));
   }
   const int nb = static_cast<int>(lat.size());
-  constexpr int kMaskDims = 12;
+  constexpr int kMaskDims = 12;  // the memo below is indexed by mask up to this many bits
   const bool table = nb <= kMaskDims;
   auto differ = [&](int m, bool d) { return d ? uint64_t{1} << bit[m] : uint64_t{0}; };
   auto link_of = [&](uint64_t mask) {
@@ -386,16 +383,13 @@ StepCost SendRecvCostChains(const DeviceMesh& mesh, const ShardChains& from, con
     }
     return link;
   };
-  std::vector<Link>& links = sc.links;
   // Per link mask, the bytes and time of the last transfer priced on it (most transfers of a step
-  // repeat a few sizes): the same double without the division.
+  // repeat a few sizes on a few links): the same double without the link walk and the division.
   std::vector<int64_t>& memo_bytes = sc.memo_bytes;
   std::vector<double>& memo_us = sc.memo_us;
   if (table) {
-    links.resize(size_t{1} << nb);
-    for (uint64_t mask = 0; mask < links.size(); ++mask) links[mask] = link_of(mask);
-    memo_bytes.assign(links.size(), -1);
-    memo_us.assign(links.size(), 0.0);
+    memo_bytes.assign(size_t{1} << nb, -1);
+    memo_us.assign(size_t{1} << nb, 0.0);
   }
   const size_t slots = first_rank_only ? 1 : static_cast<size_t>(n);
   std::vector<double>& in_us = sc.in_us;
@@ -522,17 +516,17 @@ StepCost SendRecvCostChains(const DeviceMesh& mesh, const ShardChains& from, con
         const uint64_t full = mask | rep_mask;
         const int64_t bytes = elems * esize;
         double us;
-        if (!table) {
-          const Link link = link_of(full);
-          us = link.alpha_us + BetaUs(1.0, bytes, link.bw_gbps);
-        } else if (memo_bytes[full] == bytes) {  // the same transfer time as the last one on this link
+        if (table && memo_bytes[full] == bytes) {  // the same transfer time as the last one on this link
           us = memo_us[full];
         } else {
-          us = links[full].alpha_us + BetaUs(1.0, bytes, links[full].bw_gbps);
-          memo_bytes[full] = bytes;
-          memo_us[full] = us;
+          const Link link = link_of(full);
+          us = link.alpha_us + BetaUs(1.0, bytes, link.bw_gbps);
+          if (table) {
+            memo_bytes[full] = bytes;
+            memo_us[full] = us;
+          }
         }
-        mine.push_back(SendRecvIn{ranks[hi], hi, us});
+        mine.push_back(SendRecvIn{mesh.rank(static_cast<int>(hi)), hi, us});
         bytes_in += bytes;
       }
       int q = 0;

@@ -321,8 +321,7 @@ StatusOr<RankPieces> DirectPiecesOfRank(const Layout& from, const Layout& to, in
   MF_ASSIGN_OR_RETURN(const int me, mesh.IndexOf(rank));
   const std::vector<int64_t>& mshape = mesh.shape();
   const int n = mesh.ndim();
-  std::vector<int64_t> stride(static_cast<size_t>(n), 1);  // row-major: mesh index = sum coord*stride
-  for (int d = n - 2; d >= 0; --d) stride[d] = stride[d + 1] * mshape[d + 1];
+  const std::vector<int64_t>& stride = mesh.strides();  // mesh index = sum coord*stride
   std::vector<int64_t> my_coord(static_cast<size_t>(n));
   for (int d = 0; d < n; ++d) my_coord[d] = (me / stride[d]) % mshape[d];
   const Box from_box = from.LocalBoxAt(my_coord);
@@ -382,9 +381,6 @@ StatusOr<RankPieces> DirectPiecesOfRank(const Layout& from, const Layout& to, in
   // replica rule (its mesh index % replicas) picks this rank's replica position.
   if (!from_box.empty()) {
     TermsOf(to, from_box, stride, my_coord, shards_from, terms);
-    // Free dims that shard the source: a destination there holds this block only at this rank's coordinate on them.
-    std::vector<char> free_shards_from(free_dims.size());
-    for (size_t i = 0; i < free_dims.size(); ++i) free_shards_from[i] = shards_from[free_dims[i]] ? 1 : 0;
     int64_t my_replica = 0;
     for (int m : replica_dims) my_replica = my_replica * mshape[m] + my_coord[m];
     // The innermost free dim L is solved, not scanned: (partial + c*stride[L]) = my_replica (mod replicas) holds for c
@@ -407,7 +403,7 @@ StatusOr<RankPieces> DirectPiecesOfRank(const Layout& from, const Layout& to, in
             if (same) {
               bool holds = true;
               for (size_t i = 0; i < free_dims.size() && holds; ++i) {
-                holds = !free_shards_from[i] || dst[i] == my_coord[free_dims[i]];
+                holds = !shards_from[free_dims[i]] || dst[i] == my_coord[free_dims[i]];
               }
               if (holds) return;
             }

@@ -120,6 +120,20 @@ int64_t SendOffset(const Post& p, int to) {
   return off;
 }
 
+// The post of an all_to_all (AllToAllV and AllToAllStrided): what the members must agree on and
+// the buffers.
+Post AllToAllPost(DType dtype, std::span<const int64_t> send_counts, std::span<const int64_t> recv_counts,
+                  const void* send, void* recv) {
+  Post post;
+  post.call.kind = CollectiveKind::kAllToAll;
+  post.call.dtype = dtype;
+  post.call.counts.assign(send_counts.begin(), send_counts.end());
+  post.call.counts2.assign(recv_counts.begin(), recv_counts.end());
+  post.send = send;
+  post.recv = recv;
+  return post;
+}
+
 // One pending point-to-point message, owned by the sender's SendRecv frame.
 struct Message {
   enum class State { kPosted, kCopying, kDone, kFailed };
@@ -649,13 +663,7 @@ Status ThreadComm::AllToAllV(const void* send, std::span<const int64_t> send_cou
   const int64_t es = DTypeSize(dtype);
   StagedOutput out(send, send_total * es, recv, recv_total * es, scratch_);
   void* dst = out.dst();
-  Post post;
-  post.call.kind = CollectiveKind::kAllToAll;
-  post.call.dtype = dtype;
-  post.call.counts.assign(send_counts.begin(), send_counts.end());
-  post.call.counts2.assign(recv_counts.begin(), recv_counts.end());
-  post.send = send;
-  post.recv = recv;
+  Post post = AllToAllPost(dtype, send_counts, recv_counts, send, recv);
   const std::vector<int64_t> roff = Offsets(recv_counts);
   return Collective(
       std::move(post), where,
@@ -697,13 +705,7 @@ Status ThreadComm::AllToAllStrided(const void* send, std::span<const StridedBloc
   if (Overlap(send, send_extent * es, recv, recv_extent * es)) {
     return Communicator::AllToAllStrided(send, send_blocks, recv, recv_blocks, dtype, where);
   }
-  Post post;
-  post.call.kind = CollectiveKind::kAllToAll;
-  post.call.dtype = dtype;
-  post.call.counts = send_counts;
-  post.call.counts2 = recv_counts;
-  post.send = send;
-  post.recv = recv;
+  Post post = AllToAllPost(dtype, send_counts, recv_counts, send, recv);
   post.send_blocks = send_blocks.data();
   return Collective(
       std::move(post), where,
