@@ -110,27 +110,6 @@ void LengthCells(const ShardChains& a, const ShardChains& b, CellScratch& s) {
   }
 }
 
-// The intervals of the box at mesh coordinate `coord`, one per tensor dim (Layout::LocalBoxAt
-// without building a Box).
-void LocalIntervals(const ShardChains& l, std::span<const int64_t> coord, std::vector<Interval>& out) {
-  out.resize(static_cast<size_t>(l.tensor_rank()));
-  for (int t = 0; t < l.tensor_rank(); ++t) {
-    Interval iv{0, l.shape[t]};
-    for (int m : l.chain(t)) iv = ChunkOf(iv, l.mesh_shape[m], coord[m]);
-    out[t] = iv;
-  }
-}
-
-int64_t MaxLocalElements(const ShardChains& l) {
-  int64_t e = 1;
-  for (int t = 0; t < l.tensor_rank(); ++t) {
-    Interval iv{0, l.shape[t]};
-    for (int m : l.chain(t)) iv = ChunkOf(iv, l.mesh_shape[m], 0);
-    e *= iv.size();
-  }
-  return e;
-}
-
 // Calls f(from_elems, to_elems, held) for every point of the grid s.grid (per mesh dim, the
 // coordinates to visit; row-major, the last mesh dim fastest), where from_elems and to_elems are
 // the element counts of the two boxes at that coordinate and held = |from box ∩ to box|. Each
@@ -311,8 +290,11 @@ struct SendRecvScratch {
   std::vector<int> rep, bit, fastest, last_dim;
   std::vector<char> mask_ok;
   std::vector<double> lat, bw, memo_us, in_us, out_us;
-  std::vector<Interval> ti, last_ti;
-  std::vector<std::vector<int64_t>> over_len, over_coords, over_index;
+  // Per tensor dim: the overlap lists of every target interval met so far (appended), where each
+  // target interval's list starts (slot, per key; -1: not met yet), and the current list.
+  std::vector<std::vector<int64_t>> store_len, store_coords, store_index, slot;  // slot: (begin, size) per key
+  std::vector<int64_t> last_key, cur_begin, cur_size;
+  std::vector<const int64_t*> len_p, index_p;  // the current lists' lengths and index parts
   std::vector<std::vector<uint64_t>> over_mask;
   std::vector<SendRecvIn> mine;
   std::vector<size_t> idx;
@@ -325,14 +307,14 @@ struct SendRecvScratch {
 // With bytes_per_rank, also fills every rank's received bytes (mesh().ranks() order).
 // SendRecvCost on chains (`from` Partial-free; Replicate dims are those in no chain of `from`).
 //
-// Per destination, each tensor dim's overlapping source chunks (reused while the destination's
-// interval stays) carry their overlap length, their part of the source's mesh index and the
-// mesh dims where their coordinates differ from the destination's (a bit mask); a source block is
-// one chunk per tensor dim, so its bytes, index and mask are a product, a sum and an or, and its
-// link (max latency, min bandwidth over the differing dims) follows from the mask; the time of
-// the last transfer per mask is reused when the bytes repeat. The
-// doubles are those of the per-source loop: the same link values, the same expression, summed in
-// source-rank order.
+// Per destination, each tensor dim's overlapping source chunks (built once per distinct target
+// interval of that dim, i.e. per coordinate tuple on its target chain) carry their overlap length,
+// their part of the source's mesh index and the mesh dims where their coordinates differ from the
+// destination's (a bit mask); a source block is one chunk per tensor dim, so its bytes, index and
+// mask are a product, a sum and an or, and its link (max latency, min bandwidth over the differing
+// dims) follows from the mask; the time of the last transfer per mask is reused when the bytes
+// repeat. The doubles are those of the per-source loop: the same link values, the same
+// expression, summed in source-rank order.
 StepCost SendRecvCostChains(const DeviceMesh& mesh, const ShardChains& from, const ShardChains& to, int64_t esize,
                             const Topology& topo, bool first_rank_only, std::vector<int64_t>* bytes_per_rank,
                             int64_t limit_units = std::numeric_limits<int64_t>::max(), bool* gave_up = nullptr) {
@@ -397,20 +379,44 @@ StepCost SendRecvCostChains(const DeviceMesh& mesh, const ShardChains& from, con
   in_us.assign(slots, 0.0);
   out_us.assign(first_rank_only ? 0 : slots, 0.0);
   int64_t max_bytes = 0;
-  std::vector<Interval>& ti = sc.ti;
   // Per tensor dim, the non-empty source chunks overlapping the destination's interval: overlap
   // lengths and chain coordinates (flat, chain order) from ChunksOverlapping, and per chunk its
-  // part of the source's mesh index and its differing-dims mask for the current destination.
-  std::vector<std::vector<int64_t>>& over_len = sc.over_len;
-  std::vector<std::vector<int64_t>>& over_coords = sc.over_coords;
-  std::vector<std::vector<int64_t>>& over_index = sc.over_index;
+  // part of the source's mesh index; the interval is a function of the destination's coordinates
+  // on the target chain (the key, row-major over that chain), so each interval's list is computed
+  // once per call and kept (store_*, slot). over_mask: per chunk of the current list, its
+  // differing-dims mask for the current destination.
+  std::vector<std::vector<int64_t>>& store_len = sc.store_len;
+  std::vector<std::vector<int64_t>>& store_coords = sc.store_coords;
+  std::vector<std::vector<int64_t>>& store_index = sc.store_index;
+  std::vector<std::vector<int64_t>>& slot = sc.slot;
   std::vector<std::vector<uint64_t>>& over_mask = sc.over_mask;
-  if (over_len.size() < static_cast<size_t>(tr)) {
-    over_len.resize(static_cast<size_t>(tr));
-    over_coords.resize(static_cast<size_t>(tr));
-    over_index.resize(static_cast<size_t>(tr));
+  if (store_len.size() < static_cast<size_t>(tr)) {
+    store_len.resize(static_cast<size_t>(tr));
+    store_coords.resize(static_cast<size_t>(tr));
+    store_index.resize(static_cast<size_t>(tr));
+    slot.resize(static_cast<size_t>(tr));
     over_mask.resize(static_cast<size_t>(tr));
   }
+  // Keys are kept only when more than one destination is priced (first_rank_only prices one).
+  const bool keep = !first_rank_only;
+  for (int t = 0; t < tr; ++t) {
+    store_len[t].clear();
+    store_coords[t].clear();
+    store_index[t].clear();
+    int64_t keys = 1;
+    for (int m : to.chain(t)) keys *= to.mesh_shape[m];
+    slot[t].assign(keep ? 2 * static_cast<size_t>(keys) : 0, -1);
+  }
+  std::vector<int64_t>& last_key = sc.last_key;
+  std::vector<int64_t>& cur_begin = sc.cur_begin;
+  std::vector<int64_t>& cur_size = sc.cur_size;
+  last_key.assign(static_cast<size_t>(tr), -1);
+  std::vector<const int64_t*>& len_p = sc.len_p;
+  std::vector<const int64_t*>& index_p = sc.index_p;
+  len_p.assign(static_cast<size_t>(tr), nullptr);
+  index_p.assign(static_cast<size_t>(tr), nullptr);
+  cur_begin.assign(static_cast<size_t>(tr), 0);
+  cur_size.assign(static_cast<size_t>(tr), 0);
   std::vector<int64_t>& cc = sc.cc;
   std::vector<SendRecvIn>& mine = sc.mine;
   std::vector<size_t>& idx = sc.idx;
@@ -430,8 +436,6 @@ StepCost SendRecvCostChains(const DeviceMesh& mesh, const ShardChains& from, con
   const int64_t dst_end = first_rank_only ? std::min<int64_t>(n, 1) : n;
   std::vector<int64_t>& c = sc.c;
   c.assign(static_cast<size_t>(nd), 0);
-  std::vector<Interval>& last_ti = sc.last_ti;
-  last_ti.assign(static_cast<size_t>(tr), Interval{});
   // A tensor dim's masks depend on the destination's coordinates on its chain's mesh dims: they
   // are recomputed when one of those (or the dim's overlaps) changed.
   std::vector<int>& last_dim = sc.last_dim;  // per tensor dim, its chain's highest mesh dim (-1: none)
@@ -453,34 +457,45 @@ StepCost SendRecvCostChains(const DeviceMesh& mesh, const ShardChains& from, con
         if (last_dim[t] >= first_changed) mask_ok[t] = 0;
       }
     }
-    LocalIntervals(to, c, ti);
     bool any = true;
     for (int t = 0; t < tr && any; ++t) {
       const std::span<const int> chain = from.chain(t);
+      int64_t key = 0;
+      for (int m : to.chain(t)) key = key * to.mesh_shape[m] + c[m];
       // Neighbouring ranks often share a tensor dim's target interval: reuse its overlaps.
-      if (!(i > 0 && last_ti[t] == ti[t])) {
-        over_len[t].clear();
-        over_coords[t].clear();
-        cc.assign(chain.size(), 0);
-        ChunksOverlapping(from.mesh_shape, chain, 0, Interval{0, from.shape[t]}, ti[t], cc, over_len[t],
-                          over_coords[t]);
-        last_ti[t] = ti[t];
+      if (key != last_key[t]) {
+        last_key[t] = key;
         mask_ok[t] = 0;
-        over_index[t].resize(over_len[t].size());
-        for (size_t e = 0; e < over_len[t].size(); ++e) {
-          const int64_t* pc = over_coords[t].data() + e * chain.size();
-          int64_t index = 0;
-          for (size_t j = 0; j < chain.size(); ++j) index += pc[j] * stride[chain[j]];
-          over_index[t][e] = index;
+        if (keep && slot[t][2 * key] >= 0) {
+          cur_begin[t] = slot[t][2 * key];
+          cur_size[t] = slot[t][2 * key + 1];
+        } else {
+          Interval target{0, to.shape[t]};
+          for (int m : to.chain(t)) target = ChunkOf(target, to.mesh_shape[m], c[m]);
+          cur_begin[t] = static_cast<int64_t>(store_len[t].size());
+          cc.assign(chain.size(), 0);
+          ChunksOverlapping(from.mesh_shape, chain, 0, Interval{0, from.shape[t]}, target, cc, store_len[t],
+                            store_coords[t]);
+          for (size_t e = static_cast<size_t>(cur_begin[t]); e < store_len[t].size(); ++e) {
+            const int64_t* pc = store_coords[t].data() + e * chain.size();
+            int64_t index = 0;
+            for (size_t j = 0; j < chain.size(); ++j) index += pc[j] * stride[chain[j]];
+            store_index[t].push_back(index);
+          }
+          cur_size[t] = static_cast<int64_t>(store_len[t].size()) - cur_begin[t];
+          if (keep) {
+            slot[t][2 * key] = cur_begin[t];
+            slot[t][2 * key + 1] = cur_size[t];
+          }
         }
       }
-      any = !over_len[t].empty();
+      any = cur_size[t] > 0;
       if (!any) break;
       if (mask_ok[t]) continue;
       mask_ok[t] = 1;
-      over_mask[t].resize(over_len[t].size());
-      for (size_t e = 0; e < over_len[t].size(); ++e) {
-        const int64_t* pc = over_coords[t].data() + e * chain.size();
+      over_mask[t].resize(static_cast<size_t>(cur_size[t]));
+      for (size_t e = 0; e < over_mask[t].size(); ++e) {
+        const int64_t* pc = store_coords[t].data() + (static_cast<size_t>(cur_begin[t]) + e) * chain.size();
         uint64_t mask = 0;
         for (size_t j = 0; j < chain.size(); ++j) mask |= differ(chain[j], pc[j] != c[chain[j]]);
         over_mask[t][e] = mask;
@@ -504,12 +519,16 @@ StepCost SendRecvCostChains(const DeviceMesh& mesh, const ShardChains& from, con
     mine.clear();
     int64_t bytes_in = 0;
     std::fill(idx.begin(), idx.end(), 0);
+    for (int t = 0; t < tr; ++t) {
+      len_p[t] = store_len[t].data() + cur_begin[t];
+      index_p[t] = store_index[t].data() + cur_begin[t];
+    }
     while (true) {
       int64_t elems = 1, hi = rep_index;
       uint64_t mask = 0;
       for (int t = 0; t < tr; ++t) {
-        elems *= over_len[t][idx[t]];
-        hi += over_index[t][idx[t]];
+        elems *= len_p[t][idx[t]];
+        hi += index_p[t][idx[t]];
         mask |= over_mask[t][idx[t]];
       }
       if (mask != 0) {  // not the destination's own block
@@ -532,7 +551,7 @@ StepCost SendRecvCostChains(const DeviceMesh& mesh, const ShardChains& from, con
       int q = 0;
       for (; q < tr; ++q) {
         const int t = fastest[q];
-        if (++idx[t] < over_len[t].size()) break;
+        if (++idx[t] < static_cast<size_t>(cur_size[t])) break;
         idx[t] = 0;
       }
       if (q == tr) break;
@@ -836,15 +855,33 @@ std::optional<StepCost> SendRecvStepCostWithin(const DeviceMesh& mesh, const Sha
   return c;
 }
 
+int64_t MaxLocalElements(const ShardChains& l) {
+  int64_t e = 1;
+  for (int t = 0; t < l.tensor_rank(); ++t) {
+    Interval iv{0, l.shape[t]};
+    for (int m : l.chain(t)) iv = ChunkOf(iv, l.mesh_shape[m], 0);
+    e *= iv.size();
+  }
+  return e;
+}
+
 StepCost CollectiveStepCost(StepKind kind, std::span<const int> mesh_dims, const ShardChains& from,
                             const ShardChains& to, int64_t esize, const Topology& topo, bool time_only) {
+  if (IsLocalStep(kind) || kind == StepKind::kSendRecv) return StepCost{};
+  return CollectiveStepCost(kind, mesh_dims, from, to, StepExtents{MaxLocalElements(from), MaxLocalElements(to)},
+                            esize, topo, time_only);
+}
+
+StepCost CollectiveStepCost(StepKind kind, std::span<const int> mesh_dims, const ShardChains& from,
+                            const ShardChains& to, StepExtents extents, int64_t esize, const Topology& topo,
+                            bool time_only) {
   StepCost out;
   if (IsLocalStep(kind) || kind == StepKind::kSendRecv) return out;
   int64_t g = 1;
   for (int d : mesh_dims) g *= from.mesh_shape[d];
   const Link link = LinkOf(topo, mesh_dims);
-  const int64_t max_from = MaxLocalElements(from);
-  const int64_t max_to = MaxLocalElements(to);
+  const int64_t max_from = extents.from;
+  const int64_t max_to = extents.to;
   switch (kind) {
     case StepKind::kAllGather:
       out.max_bytes_per_rank = (time_only ? 0 : MaxElementsNotHeld(from, to) * esize);

@@ -180,6 +180,22 @@ struct FlatChains {
 StepCost CollectiveStepCost(StepKind kind, std::span<const int> mesh_dims, const ShardChains& from,
                             const ShardChains& to, int64_t esize, const Topology& topo, bool time_only = false);
 
+// MaxLocalElements of the layout these chains describe.
+int64_t MaxLocalElements(const ShardChains& chains);
+
+// The two sides' MaxLocalElements of a step: all a collective's time depends on besides its
+// kind, group and link. The search computes them once per state, not once per edge.
+struct StepExtents {
+  int64_t from = 0;
+  int64_t to = 0;
+};
+
+// CollectiveStepCost given the sides' MaxLocalElements (`extents` must be those of `from` and
+// `to`): the same doubles and bytes.
+StepCost CollectiveStepCost(StepKind kind, std::span<const int> mesh_dims, const ShardChains& from,
+                            const ShardChains& to, StepExtents extents, int64_t esize, const Topology& topo,
+                            bool time_only = false);
+
 // ModelStepCost of the send_recv step between the layouts these chains describe on `mesh`
 // (first_rank_only: SendRecvFirstRankUs), the same doubles and bytes. Precondition: `from` is
 // Partial-free (its Replicate dims are the mesh dims in none of its chains), same shape.

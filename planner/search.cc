@@ -478,6 +478,14 @@ StatusOr<Plan> PlanRedistribution(const Layout& from, const Layout& to, DType dt
     std::vector<Via> via{Via{}};
     std::vector<int> via_dims;
     std::vector<bool> done{false};
+    // Per state, MaxLocalElements of its layout (-1: not computed yet): every collective edge's
+    // time needs both sides', and a state is the side of many edges.
+    std::vector<int64_t> max_local{-1};
+    auto max_local_of = [&](int state_id, const ShardChains& chains) {
+      int64_t& m = max_local[static_cast<size_t>(state_id)];
+      if (m < 0) m = MaxLocalElements(chains);
+      return m;
+    };
     struct Deferred {
       int parent;
       PathCost parent_cost;
@@ -571,6 +579,7 @@ StatusOr<Plan> PlanRedistribution(const Layout& from, const Layout& to, DType dt
           parent.push_back(-1);
           via.emplace_back();
           done.push_back(false);
+          max_local.push_back(-1);
         }
         if (done[nid]) return Status();  // eager relaxation would change nothing either
         if (kind == StepKind::kSendRecv) {
@@ -582,12 +591,14 @@ StatusOr<Plan> PlanRedistribution(const Layout& from, const Layout& to, DType dt
           return Status();
         }
         const ShardChains cand_chains = sp.Chains(cand.data());
+        StepExtents extents;
         if (!IsLocalStep(kind)) {
+          extents = StepExtents{max_local_of(id, cur_chains), max_local_of(nid, cand_chains)};
           // The time alone decides unless it ties: skip the byte count of a losing edge.
-          const StepCost time = CollectiveStepCost(kind, dims, cur_chains, cand_chains, esize, topo, true);
+          const StepCost time = CollectiveStepCost(kind, dims, cur_chains, cand_chains, extents, esize, topo, true);
           if (SatAdd(std::get<0>(cost), CostUnits(time.us)) > std::get<0>(dist[nid])) return Status();
         }
-        const StepCost sc = CollectiveStepCost(kind, dims, cur_chains, cand_chains, esize, topo);
+        const StepCost sc = CollectiveStepCost(kind, dims, cur_chains, cand_chains, extents, esize, topo);
         relax(nid, Extend(cost, sc.us, sc.max_bytes_per_rank), st, id, Via{kind, 0, 0, t, t2, sc.us, sc.max_bytes_per_rank},
               dims);
         return Status();

@@ -232,6 +232,8 @@ TEST(StepCostTest, MaxLocalElementsMatchesEnumeration) {
     int64_t best = 0;
     for (const Box& b : l.AllLocalBoxes()) best = std::max(best, b.NumElements());
     ASSERT_EQ(MaxLocalElements(l), best) << l.ToString();
+    FlatChains chains;
+    ASSERT_EQ(MaxLocalElements(chains.Of(l)), best) << l.ToString();
   }
 }
 

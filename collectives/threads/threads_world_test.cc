@@ -478,6 +478,43 @@ TEST(CopyStridedBlockTest, RunsOfDifferentLengths) {
   EXPECT_EQ((StridedBlock{2, 0, 3, 5}).extent(), 0);
 }
 
+// Every path of CopyStridedBlock (contiguous on one or both sides, equal runs, short runs copied
+// inline in 32-byte pieces, runs of different lengths) against an element-by-element copy.
+TEST(CopyStridedBlockTest, RandomBlocksMatchElementwiseCopy) {
+  std::mt19937 rng(7);
+  auto pick = [&](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
+  // Row splits of a count: one row, rows of a run of 1..70 elements, or 8/16/64 (32-byte multiples
+  // at 4 and 8 bytes per element).
+  auto block = [&](int64_t count, int64_t offset) {
+    std::vector<int64_t> runs;
+    for (int64_t r : {int64_t{1}, int64_t{2}, int64_t{3}, int64_t{8}, int64_t{16}, int64_t{64}, pick(1, 70)}) {
+      if (count % r == 0) runs.push_back(r);
+    }
+    if (count == 0) return StridedBlock{offset, 0, pick(1, 4), 5};
+    const int64_t run = pick(0, 3) == 0 ? count : runs[static_cast<size_t>(pick(0, static_cast<int64_t>(runs.size()) - 1))];
+    const int64_t gap = pick(0, 2) == 0 ? 0 : pick(1, 9);  // 0: the rows follow each other
+    return StridedBlock{offset, count / run, run, run + gap};
+  };
+  for (int iter = 0; iter < 3000; ++iter) {
+    const int64_t es = std::vector<int64_t>{1, 2, 4, 8}[static_cast<size_t>(pick(0, 3))];
+    const int64_t count = std::vector<int64_t>{0, 1, 7, 64, 128, 192, 384, 1024}[static_cast<size_t>(pick(0, 7))];
+    const StridedBlock from = block(count, pick(0, 5)), to = block(count, pick(0, 5));
+    std::vector<unsigned char> src(static_cast<size_t>((from.offset + from.extent() + 1) * es));
+    for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<unsigned char>(rng());
+    std::vector<unsigned char> dst(static_cast<size_t>((to.offset + to.extent() + 3) * es), 0xab);
+    std::vector<unsigned char> want = dst;
+    for (int64_t k = 0; k < count; ++k) {
+      const int64_t a = from.offset + (k / from.run) * from.stride + k % from.run;
+      const int64_t b = to.offset + (k / to.run) * to.stride + k % to.run;
+      std::memcpy(want.data() + b * es, src.data() + a * es, static_cast<size_t>(es));
+    }
+    CopyStridedBlock(src.data(), from, dst.data(), to, es);
+    ASSERT_EQ(dst, want) << "es " << es << " from {" << from.offset << ", " << from.rows << ", " << from.run << ", "
+                         << from.stride << "} to {" << to.offset << ", " << to.rows << ", " << to.run << ", "
+                         << to.stride << "}";
+  }
+}
+
 TEST(ThreadWorldTest, BroadcastFromEveryRoot) {
   for (int n = 1; n <= 5; ++n) {
     auto world = MakeWorld(n);
