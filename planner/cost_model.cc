@@ -518,46 +518,64 @@ StepCost SendRecvCostChains(const DeviceMesh& mesh, const ShardChains& from, con
     }
     mine.clear();
     int64_t bytes_in = 0;
-    std::fill(idx.begin(), idx.end(), 0);
-    for (int t = 0; t < tr; ++t) {
-      len_p[t] = store_len[t].data() + cur_begin[t];
-      index_p[t] = store_index[t].data() + cur_begin[t];
-    }
-    while (true) {
-      int64_t elems = 1, hi = rep_index;
-      uint64_t mask = 0;
-      for (int t = 0; t < tr; ++t) {
-        elems *= len_p[t][idx[t]];
-        hi += index_p[t][idx[t]];
-        mask |= over_mask[t][idx[t]];
-      }
-      if (mask != 0) {  // not the destination's own block
-        const uint64_t full = mask | rep_mask;
-        const int64_t bytes = elems * esize;
-        double us;
-        if (table && memo_bytes[full] == bytes) {  // the same transfer time as the last one on this link
-          us = memo_us[full];
-        } else {
-          const Link link = link_of(full);
-          us = link.alpha_us + BetaUs(1.0, bytes, link.bw_gbps);
-          if (table) {
-            memo_bytes[full] = bytes;
-            memo_us[full] = us;
-          }
+    bool in_order = true;  // the sources came in rank order (the usual case: no sort)
+    // One transfer from the source block with these bytes, index and mask (0: the own block).
+    auto add = [&](int64_t elems, int64_t hi, uint64_t mask) {
+      if (mask == 0) return;  // not the destination's own block
+      const uint64_t full = mask | rep_mask;
+      const int64_t bytes = elems * esize;
+      double us;
+      if (table && memo_bytes[full] == bytes) {  // the same transfer time as the last one on this link
+        us = memo_us[full];
+      } else {
+        const Link link = link_of(full);
+        us = link.alpha_us + BetaUs(1.0, bytes, link.bw_gbps);
+        if (table) {
+          memo_bytes[full] = bytes;
+          memo_us[full] = us;
         }
-        mine.push_back(SendRecvIn{mesh.rank(static_cast<int>(hi)), hi, us});
-        bytes_in += bytes;
       }
-      int q = 0;
-      for (; q < tr; ++q) {
-        const int t = fastest[q];
-        if (++idx[t] < static_cast<size_t>(cur_size[t])) break;
-        idx[t] = 0;
+      const int src_rank = mesh.rank(static_cast<int>(hi));
+      if (!mine.empty() && src_rank < mine.back().src_rank) in_order = false;
+      mine.push_back(SendRecvIn{src_rank, hi, us});
+      bytes_in += bytes;
+    };
+    if (tr == 0) {
+      add(1, rep_index, 0);
+    } else {
+      // The odometer over one chunk per tensor dim, fastest[0] the inner loop: the other dims'
+      // product, sum and or are formed once per inner run.
+      const int in = fastest[0];
+      const int64_t* in_len = store_len[in].data() + cur_begin[in];
+      const int64_t* in_index = store_index[in].data() + cur_begin[in];
+      const uint64_t* in_mask = over_mask[in].data();
+      const size_t in_size = static_cast<size_t>(cur_size[in]);
+      std::fill(idx.begin(), idx.end(), 0);
+      for (int t = 0; t < tr; ++t) {
+        len_p[t] = store_len[t].data() + cur_begin[t];
+        index_p[t] = store_index[t].data() + cur_begin[t];
       }
-      if (q == tr) break;
+      while (true) {
+        int64_t elems = 1, hi = rep_index;
+        uint64_t mask = 0;
+        for (int q = 1; q < tr; ++q) {
+          const int t = fastest[q];
+          elems *= len_p[t][idx[t]];
+          hi += index_p[t][idx[t]];
+          mask |= over_mask[t][idx[t]];
+        }
+        for (size_t e = 0; e < in_size; ++e) add(elems * in_len[e], hi + in_index[e], mask | in_mask[e]);
+        int q = 1;
+        for (; q < tr; ++q) {
+          const int t = fastest[q];
+          if (++idx[t] < static_cast<size_t>(cur_size[t])) break;
+          idx[t] = 0;
+        }
+        if (q == tr) break;
+      }
     }
     auto by_rank = [](const SendRecvIn& a, const SendRecvIn& b) { return a.src_rank < b.src_rank; };
-    if (!std::is_sorted(mine.begin(), mine.end(), by_rank)) std::sort(mine.begin(), mine.end(), by_rank);
+    if (!in_order) std::sort(mine.begin(), mine.end(), by_rank);
     for (const SendRecvIn& x : mine) {
       in_us[i] += x.us;
       if (!first_rank_only) {
