@@ -431,7 +431,13 @@ StepCost SendRecvCostChains(const DeviceMesh& mesh, const ShardChains& from, con
     fastest[t] = t;
     for (int m : from.chain(t)) least_stride[t] = std::min(least_stride[t], stride[m]);
   }
-  std::stable_sort(fastest.begin(), fastest.end(), [&](int a, int b) { return least_stride[a] < least_stride[b]; });
+  // Stable insertion sort (a handful of dims; std::stable_sort would allocate a buffer per call).
+  for (int a = 1; a < tr; ++a) {
+    const int v = fastest[a];
+    int b = a;
+    for (; b > 0 && least_stride[fastest[b - 1]] > least_stride[v]; --b) fastest[b] = fastest[b - 1];
+    fastest[b] = v;
+  }
   double running = 0;  // max of the finished destinations' incoming and the partial outgoing times
   const int64_t dst_end = first_rank_only ? std::min<int64_t>(n, 1) : n;
   std::vector<int64_t>& c = sc.c;

@@ -31,7 +31,9 @@ struct Gen {
     static const std::vector<std::vector<int64_t>> kMeshes = {
         {1},    {2},       {3},       {5},       {8},          {2, 2},       {2, 3},      {3, 2},
         {4, 3}, {1, 4},    {5, 2},    {2, 2, 2}, {2, 1, 3},    {3, 2, 2},    {2, 2, 2, 2}, {2, 3, 1, 2},
-        {4, 2}, {3, 3},    {2, 4, 2}, {1, 2, 3, 2}};
+        {4, 2}, {3, 3},    {2, 4, 2}, {1, 2, 3, 2},
+        // 20-32 ranks with dims of 4-8: more length cells per mesh dim than the small meshes give.
+        {4, 8}, {6, 5},    {2, 3, 4}};
     const std::vector<int64_t>& shape = kMeshes[Uniform(0, static_cast<int>(kMeshes.size()) - 1)];
     int64_t n = 1;
     for (int64_t s : shape) n *= s;
