@@ -290,6 +290,7 @@ struct SendRecvScratch {
   std::vector<int> rep, bit, fastest, last_dim;
   std::vector<char> mask_ok;
   std::vector<double> lat, bw, memo_us, in_us, out_us;
+  std::vector<Link> memo_link;  // per link mask, its link (valid where memo_bytes is not -1)
   // Per tensor dim: the overlap lists of every target interval met so far (appended), where each
   // target interval's list starts (slot, per key; -1: not met yet), and the current list.
   std::vector<std::vector<int64_t>> store_len, store_coords, store_index, slot;  // slot: (begin, size) per key
@@ -369,9 +370,11 @@ StepCost SendRecvCostChains(const DeviceMesh& mesh, const ShardChains& from, con
   // repeat a few sizes on a few links): the same double without the link walk and the division.
   std::vector<int64_t>& memo_bytes = sc.memo_bytes;
   std::vector<double>& memo_us = sc.memo_us;
+  std::vector<Link>& memo_link = sc.memo_link;
   if (table) {
     memo_bytes.assign(size_t{1} << nb, -1);
-    memo_us.assign(size_t{1} << nb, 0.0);
+    memo_us.resize(size_t{1} << nb);    // read only where memo_bytes is not -1
+    memo_link.resize(size_t{1} << nb);  // the same
   }
   const size_t slots = first_rank_only ? 1 : static_cast<size_t>(n);
   std::vector<double>& in_us = sc.in_us;
@@ -439,6 +442,7 @@ StepCost SendRecvCostChains(const DeviceMesh& mesh, const ShardChains& from, con
     fastest[b] = v;
   }
   double running = 0;  // max of the finished destinations' incoming and the partial outgoing times
+  double checked = -1;  // the last value of running checked against limit_units
   const int64_t dst_end = first_rank_only ? std::min<int64_t>(n, 1) : n;
   std::vector<int64_t>& c = sc.c;
   c.assign(static_cast<size_t>(nd), 0);
@@ -494,6 +498,9 @@ StepCost SendRecvCostChains(const DeviceMesh& mesh, const ShardChains& from, con
             slot[t][2 * key + 1] = cur_size[t];
           }
         }
+        // Only this branch changes the list (or reallocates store_*[t]).
+        len_p[t] = store_len[t].data() + cur_begin[t];
+        index_p[t] = store_index[t].data() + cur_begin[t];
       }
       any = cur_size[t] > 0;
       if (!any) break;
@@ -531,15 +538,17 @@ StepCost SendRecvCostChains(const DeviceMesh& mesh, const ShardChains& from, con
       const uint64_t full = mask | rep_mask;
       const int64_t bytes = elems * esize;
       double us;
-      if (table && memo_bytes[full] == bytes) {  // the same transfer time as the last one on this link
-        us = memo_us[full];
-      } else {
+      if (!table) {
         const Link link = link_of(full);
         us = link.alpha_us + BetaUs(1.0, bytes, link.bw_gbps);
-        if (table) {
-          memo_bytes[full] = bytes;
-          memo_us[full] = us;
-        }
+      } else if (memo_bytes[full] == bytes) {  // the same transfer time as the last one on this link
+        us = memo_us[full];
+      } else {
+        if (memo_bytes[full] < 0) memo_link[full] = link_of(full);  // the first transfer on this link
+        const Link& link = memo_link[full];
+        us = link.alpha_us + BetaUs(1.0, bytes, link.bw_gbps);
+        memo_bytes[full] = bytes;
+        memo_us[full] = us;
       }
       const int src_rank = mesh.rank(static_cast<int>(hi));
       if (!mine.empty() && src_rank < mine.back().src_rank) in_order = false;
@@ -552,15 +561,11 @@ StepCost SendRecvCostChains(const DeviceMesh& mesh, const ShardChains& from, con
       // The odometer over one chunk per tensor dim, fastest[0] the inner loop: the other dims'
       // product, sum and or are formed once per inner run.
       const int in = fastest[0];
-      const int64_t* in_len = store_len[in].data() + cur_begin[in];
-      const int64_t* in_index = store_index[in].data() + cur_begin[in];
+      const int64_t* in_len = len_p[in];
+      const int64_t* in_index = index_p[in];
       const uint64_t* in_mask = over_mask[in].data();
       const size_t in_size = static_cast<size_t>(cur_size[in]);
       std::fill(idx.begin(), idx.end(), 0);
-      for (int t = 0; t < tr; ++t) {
-        len_p[t] = store_len[t].data() + cur_begin[t];
-        index_p[t] = store_index[t].data() + cur_begin[t];
-      }
       while (true) {
         int64_t elems = 1, hi = rep_index;
         uint64_t mask = 0;
@@ -594,9 +599,12 @@ StepCost SendRecvCostChains(const DeviceMesh& mesh, const ShardChains& from, con
     // in_us[i] is final and the outgoing sums only grow (non-negative addends): the time is at
     // least `running`.
     running = std::max(running, in_us[i]);
-    if (limit_units != std::numeric_limits<int64_t>::max() && CostUnits(running) > limit_units) {
-      if (gave_up != nullptr) *gave_up = true;
-      return StepCost{};
+    if (limit_units != std::numeric_limits<int64_t>::max() && running != checked) {
+      checked = running;  // CostUnits is a function of running: check each value once
+      if (CostUnits(running) > limit_units) {
+        if (gave_up != nullptr) *gave_up = true;
+        return StepCost{};
+      }
     }
   }
   StepCost out;
@@ -964,6 +972,9 @@ Status FillPlanCostsImpl(Plan& plan, const Topology& topo, bool keep_send_recv_u
   const int64_t esize = DTypeSize(plan.dtype);
   plan.bytes_received_per_rank.assign(n, 0);
   plan.modelled_us = 0;
+  // Max over ranks of |target box| - |source box ∩ target box| of the whole plan, when a send_recv
+  // step goes from the plan's source to its target (-1: not known yet); the lower bound below.
+  int64_t direct_max = -1;
   for (PlanStep& step : plan.steps) {
     StepModel m;
     if (keep_send_recv_us && step.kind == StepKind::kSendRecv) {
@@ -975,8 +986,12 @@ Status FillPlanCostsImpl(Plan& plan, const Topology& topo, bool keep_send_recv_u
       CellScratch& s = PerThread<CellScratch>();
       AllCoordinates(mesh, s);
       size_t i = 0;
-      ForEachGridPoint(fa.Of(step.from), fb.Of(step.to), s,
-                       [&](int64_t, int64_t te, int64_t held) { m.bytes_per_rank[i++] = (te - held) * esize; });
+      int64_t most = 0;
+      ForEachGridPoint(fa.Of(step.from), fb.Of(step.to), s, [&](int64_t, int64_t te, int64_t held) {
+        m.bytes_per_rank[i++] = (te - held) * esize;
+        most = std::max(most, te - held);
+      });
+      if (step.from == plan.from && step.to == plan.to) direct_max = most;
     } else {
       MF_ASSIGN_OR_RETURN(m, ModelStep(step, plan.dtype, topo));
     }
@@ -995,7 +1010,9 @@ Status FillPlanCostsImpl(Plan& plan, const Topology& topo, bool keep_send_recv_u
   plan.lower_bound_bytes_per_rank.reset();
   if (!plan.from.HasPartial()) {
     int64_t lb = 0;
-    if (!plan.to.HasPartial()) {
+    if (!plan.to.HasPartial() && direct_max >= 0) {
+      lb = direct_max;  // the same pass as below, done for the send_recv step
+    } else if (!plan.to.HasPartial()) {
       // LowerBoundElementsPerRank without Partial target dims: the elements of each rank's
       // target box not in its source box.
       FlatChains fa, fb;
