@@ -45,7 +45,10 @@ struct CellScratch {
   std::vector<std::vector<int64_t>> cuts;
   std::vector<int64_t> lens, next, coord;
   std::vector<size_t> idx;
-  std::vector<Interval> fi, ti;
+  std::vector<Interval> fi, ti, next_iv;  // ForEachGridPoint: a tensor dim's chunk intervals per chain
+  std::vector<int64_t> fstep, tstep;      // their strides per mesh dim
+  std::vector<const int64_t*> ptr;        // per tensor dim, the current table entry
+  std::vector<int64_t> ptr_step;          // and its step along the last mesh dim
   // ForEachGridPoint: per tensor dim, its factor table and its stride per mesh dim (row-major
   // over the grid positions of the mesh dims its chains use; 0 for the others).
   std::vector<std::vector<int64_t>> table;  // (from length, to length, overlap) triples
@@ -110,12 +113,35 @@ void LengthCells(const ShardChains& a, const ShardChains& b, CellScratch& s) {
   }
 }
 
+// The intervals of tensor dim t's chunks along `chain` (torch.chunk at every level), one per
+// combination of the chain's grid positions, row-major in chain order (the last level fastest);
+// step[m] is mesh dim m's stride in that order (0 for dims not in the chain).
+void ChainIntervals(int64_t extent, std::span<const int64_t> mesh_shape, std::span<const int> chain,
+                    const std::vector<std::vector<int64_t>>& grid, std::vector<Interval>& out,
+                    std::vector<Interval>& next, std::vector<int64_t>& step) {
+  out.assign(1, Interval{0, extent});
+  for (int m : chain) {
+    const std::vector<int64_t>& coords = grid[m];
+    next.clear();
+    for (const Interval& iv : out) {
+      for (int64_t c : coords) next.push_back(ChunkOf(iv, mesh_shape[m], c));
+    }
+    out.swap(next);
+  }
+  int64_t stride = 1;
+  for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
+    step[static_cast<size_t>(*it)] = stride;
+    stride *= static_cast<int64_t>(grid[*it].size());
+  }
+}
+
 // Calls f(from_elems, to_elems, held) for every point of the grid s.grid (per mesh dim, the
 // coordinates to visit; row-major, the last mesh dim fastest), where from_elems and to_elems are
-// the element counts of the two boxes at that coordinate and held = |from box ∩ to box|. Each
-// tensor dim's factors depend only on the coordinates of the mesh dims in its two chains, so they
-// are tabulated per tensor dim over those dims' grid positions (no ChunkOf per point): a point
-// costs O(tensor rank).
+// the element counts of the two boxes at that coordinate and held = |from box ∩ to box|; while f
+// runs, s.idx holds the point's position in the grid per mesh dim. Each tensor dim's factors
+// depend only on the coordinates of the mesh dims in its two chains, so they are tabulated per
+// tensor dim over those dims' grid positions, from the two chains' intervals (one ChunkOf per
+// chunk of each chain, not per point): a point costs O(tensor rank).
 template <typename F>
 void ForEachGridPoint(const ShardChains& from, const ShardChains& to, CellScratch& s, F&& f) {
   const int nd = static_cast<int>(from.mesh_shape.size());
@@ -123,7 +149,6 @@ void ForEachGridPoint(const ShardChains& from, const ShardChains& to, CellScratc
   if (static_cast<int>(s.table.size()) < tr) s.table.resize(static_cast<size_t>(tr));
   s.stride.assign(static_cast<size_t>(tr) * nd, 0);
   s.off.assign(static_cast<size_t>(tr), 0);
-  s.coord.assign(static_cast<size_t>(nd), 0);
   s.idx.assign(static_cast<size_t>(nd), 0);
   for (int t = 0; t < tr; ++t) {
     std::vector<char>& used = s.used;
@@ -136,36 +161,58 @@ void ForEachGridPoint(const ShardChains& from, const ShardChains& to, CellScratc
       s.stride[static_cast<size_t>(t) * nd + m] = size;
       size *= static_cast<int64_t>(s.grid[m].size());
     }
+    s.fstep.assign(static_cast<size_t>(nd), 0);
+    s.tstep.assign(static_cast<size_t>(nd), 0);
+    ChainIntervals(from.shape[t], from.mesh_shape, from.chain(t), s.grid, s.fi, s.next_iv, s.fstep);
+    ChainIntervals(to.shape[t], to.mesh_shape, to.chain(t), s.grid, s.ti, s.next_iv, s.tstep);
     std::vector<int64_t>& tab = s.table[t];
     tab.resize(static_cast<size_t>(3 * size));
-    // Enumerate the table's points in its own row-major order (the used dims, last fastest).
+    // The table's points in its own row-major order (the used dims, last fastest), with their
+    // positions in the two interval lists carried along.
+    s.coord.assign(static_cast<size_t>(nd), 0);  // grid position per used dim
+    int64_t pf = 0, pt = 0;
     for (int64_t k = 0; k < size; ++k) {
-      int64_t rem = k;
-      for (int m = nd - 1; m >= 0; --m) {
-        if (!used[m]) continue;
-        const int64_t g = static_cast<int64_t>(s.grid[m].size());
-        s.coord[m] = s.grid[m][rem % g];
-        rem /= g;
-      }
-      Interval fi{0, from.shape[t]}, ti{0, to.shape[t]};
-      for (int m : from.chain(t)) fi = ChunkOf(fi, from.mesh_shape[m], s.coord[m]);
-      for (int m : to.chain(t)) ti = ChunkOf(ti, to.mesh_shape[m], s.coord[m]);
+      const Interval fi = s.fi[static_cast<size_t>(pf)], ti = s.ti[static_cast<size_t>(pt)];
       const int64_t b = std::max(fi.begin, ti.begin), e = std::min(fi.end, ti.end);
       tab[3 * k] = fi.size();
       tab[3 * k + 1] = ti.size();
       tab[3 * k + 2] = std::max<int64_t>(0, e - b);
+      for (int m = nd - 1; m >= 0; --m) {
+        if (!used[m]) continue;
+        if (++s.coord[m] < static_cast<int64_t>(s.grid[m].size())) {
+          pf += s.fstep[m];
+          pt += s.tstep[m];
+          break;
+        }
+        pf -= (s.coord[m] - 1) * s.fstep[m];
+        pt -= (s.coord[m] - 1) * s.tstep[m];
+        s.coord[m] = 0;
+      }
     }
   }
+  // Every point: the last mesh dim in an inner run (per tensor dim, a pointer that steps through
+  // its table), the others by an odometer.
+  const int last = nd - 1;
+  const size_t run = nd > 0 ? s.grid[last].size() : 1;
+  s.ptr.resize(static_cast<size_t>(tr));
+  s.ptr_step.resize(static_cast<size_t>(tr));
+  for (int t = 0; t < tr; ++t) s.ptr_step[t] = nd > 0 ? 3 * s.stride[static_cast<size_t>(t) * nd + last] : 0;
   while (true) {
-    int64_t fe = 1, te = 1, held = 1;
-    for (int t = 0; t < tr; ++t) {
-      const int64_t* x = s.table[t].data() + 3 * s.off[t];
-      fe *= x[0];
-      te *= x[1];
-      held *= x[2];
+    for (int t = 0; t < tr; ++t) s.ptr[t] = s.table[t].data() + 3 * s.off[t];
+    for (size_t j = 0; j < run; ++j) {
+      if (nd > 0) s.idx[last] = j;
+      int64_t fe = 1, te = 1, held = 1;
+      for (int t = 0; t < tr; ++t) {
+        const int64_t* x = s.ptr[t];
+        fe *= x[0];
+        te *= x[1];
+        held *= x[2];
+        s.ptr[t] = x + s.ptr_step[t];
+      }
+      f(fe, te, held);
     }
-    f(fe, te, held);
-    int m = nd - 1;
+    if (nd > 0) s.idx[last] = 0;
+    int m = last - 1;
     for (; m >= 0; --m) {
       // Indexed, not a pointer to stride[m]: the stride table is empty for a rank-0 tensor.
       auto st = [&](int t) { return s.stride[static_cast<size_t>(t) * nd + static_cast<size_t>(m)]; };
