@@ -191,16 +191,16 @@ void ForEachGridPoint(const ShardChains& from, const ShardChains& to, CellScratc
     }
   }
   // Every point: the last mesh dim in an inner run (per tensor dim, a pointer that steps through
-  // its table), the others by an odometer.
+  // its table), the others by an odometer. A mesh has at least one dim.
   const int last = nd - 1;
-  const size_t run = nd > 0 ? s.grid[last].size() : 1;
+  const size_t run = s.grid[last].size();
   s.ptr.resize(static_cast<size_t>(tr));
   s.ptr_step.resize(static_cast<size_t>(tr));
-  for (int t = 0; t < tr; ++t) s.ptr_step[t] = nd > 0 ? 3 * s.stride[static_cast<size_t>(t) * nd + last] : 0;
+  for (int t = 0; t < tr; ++t) s.ptr_step[t] = 3 * s.stride[static_cast<size_t>(t) * nd + last];
   while (true) {
     for (int t = 0; t < tr; ++t) s.ptr[t] = s.table[t].data() + 3 * s.off[t];
     for (size_t j = 0; j < run; ++j) {
-      if (nd > 0) s.idx[last] = j;
+      s.idx[last] = j;
       int64_t fe = 1, te = 1, held = 1;
       for (int t = 0; t < tr; ++t) {
         const int64_t* x = s.ptr[t];
@@ -211,7 +211,7 @@ void ForEachGridPoint(const ShardChains& from, const ShardChains& to, CellScratc
       }
       f(fe, te, held);
     }
-    if (nd > 0) s.idx[last] = 0;
+    s.idx[last] = 0;
     int m = last - 1;
     for (; m >= 0; --m) {
       // Indexed, not a pointer to stride[m]: the stride table is empty for a rank-0 tensor.
@@ -585,17 +585,17 @@ StepCost SendRecvCostChains(const DeviceMesh& mesh, const ShardChains& from, con
       const uint64_t full = mask | rep_mask;
       const int64_t bytes = elems * esize;
       double us;
-      if (!table) {
-        const Link link = link_of(full);
-        us = link.alpha_us + BetaUs(1.0, bytes, link.bw_gbps);
-      } else if (memo_bytes[full] == bytes) {  // the same transfer time as the last one on this link
+      if (table && memo_bytes[full] == bytes) {  // the same transfer time as the last one on this link
         us = memo_us[full];
       } else {
-        if (memo_bytes[full] < 0) memo_link[full] = link_of(full);  // the first transfer on this link
-        const Link& link = memo_link[full];
+        // The link of a mask is found once per call (memo_bytes is -1 before its first transfer).
+        if (table && memo_bytes[full] < 0) memo_link[full] = link_of(full);
+        const Link link = table ? memo_link[full] : link_of(full);
         us = link.alpha_us + BetaUs(1.0, bytes, link.bw_gbps);
-        memo_bytes[full] = bytes;
-        memo_us[full] = us;
+        if (table) {
+          memo_bytes[full] = bytes;
+          memo_us[full] = us;
+        }
       }
       const int src_rank = mesh.rank(static_cast<int>(hi));
       if (!mine.empty() && src_rank < mine.back().src_rank) in_order = false;
