@@ -350,8 +350,10 @@ struct SendRecvScratch {
 
 // ModelStep's send_recv time and busiest rank's bytes, from the same transfers summed in the same
 // order (see ModelStepCost), without the (destination, block) pass of DirectTransfers.
-// With first_rank_only, only the destination at mesh index 0 is priced and `us` is its incoming
-// time (max_bytes_per_rank its bytes).
+// With a non-empty `only_dst` (mesh indices, each at most once), only those destinations are
+// priced and `us` is the max of their incoming times (max_bytes_per_rank the max of their bytes):
+// each incoming time is the same double as in the full pass (it depends on that destination's
+// transfers only).
 // With bytes_per_rank, also fills every rank's received bytes (mesh().ranks() order).
 // SendRecvCost on chains (`from` Partial-free; Replicate dims are those in no chain of `from`).
 //
@@ -364,7 +366,8 @@ struct SendRecvScratch {
 // repeat. The doubles are those of the per-source loop: the same link values, the same
 // expression, summed in source-rank order.
 StepCost SendRecvCostChains(const DeviceMesh& mesh, const ShardChains& from, const ShardChains& to, int64_t esize,
-                            const Topology& topo, bool first_rank_only, std::vector<int64_t>* bytes_per_rank,
+                            const Topology& topo, std::span<const int64_t> only_dst,
+                            std::vector<int64_t>* bytes_per_rank,
                             int64_t limit_units = std::numeric_limits<int64_t>::max(), bool* gave_up = nullptr) {
   const int nd = mesh.ndim();
   const int tr = from.tensor_rank();
@@ -423,11 +426,12 @@ StepCost SendRecvCostChains(const DeviceMesh& mesh, const ShardChains& from, con
     memo_us.resize(size_t{1} << nb);    // read only where memo_bytes is not -1
     memo_link.resize(size_t{1} << nb);  // the same
   }
-  const size_t slots = first_rank_only ? 1 : static_cast<size_t>(n);
-  std::vector<double>& in_us = sc.in_us;
+  const bool some = !only_dst.empty();  // only the destinations in only_dst, not every one
+  const int64_t count = some ? static_cast<int64_t>(only_dst.size()) : n;
+  std::vector<double>& in_us = sc.in_us;  // per destination priced (the k-th)
   std::vector<double>& out_us = sc.out_us;
-  in_us.assign(slots, 0.0);
-  out_us.assign(first_rank_only ? 0 : slots, 0.0);
+  in_us.assign(static_cast<size_t>(count), 0.0);
+  out_us.assign(some ? 0 : static_cast<size_t>(n), 0.0);
   int64_t max_bytes = 0;
   // Per tensor dim, the non-empty source chunks overlapping the destination's interval: overlap
   // lengths and chain coordinates (flat, chain order) from ChunksOverlapping, and per chunk its
@@ -447,8 +451,8 @@ StepCost SendRecvCostChains(const DeviceMesh& mesh, const ShardChains& from, con
     slot.resize(static_cast<size_t>(tr));
     over_mask.resize(static_cast<size_t>(tr));
   }
-  // Keys are kept only when more than one destination is priced (first_rank_only prices one).
-  const bool keep = !first_rank_only;
+  // Keys are kept only when every destination is priced (a few probed ones rarely share one).
+  const bool keep = !some;
   for (int t = 0; t < tr; ++t) {
     store_len[t].clear();
     store_coords[t].clear();
@@ -490,7 +494,6 @@ StepCost SendRecvCostChains(const DeviceMesh& mesh, const ShardChains& from, con
   }
   double running = 0;  // max of the finished destinations' incoming and the partial outgoing times
   double checked = -1;  // the last value of running checked against limit_units
-  const int64_t dst_end = first_rank_only ? std::min<int64_t>(n, 1) : n;
   std::vector<int64_t>& c = sc.c;
   c.assign(static_cast<size_t>(nd), 0);
   // A tensor dim's masks depend on the destination's coordinates on its chain's mesh dims: they
@@ -502,8 +505,18 @@ StepCost SendRecvCostChains(const DeviceMesh& mesh, const ShardChains& from, con
   for (int t = 0; t < tr; ++t) {
     for (int m : from.chain(t)) last_dim[t] = std::max(last_dim[t], m);
   }
-  for (int64_t i = 0; i < dst_end; ++i) {
-    if (i > 0) {  // the next row-major coordinate: mesh dims first_changed.. change
+  for (int64_t k = 0; k < count; ++k) {
+    const int64_t i = some ? only_dst[static_cast<size_t>(k)] : k;  // the destination's mesh index
+    if (some) {  // its coordinates (all 0 before the first), and every tensor dim's masks to compute
+      if (i != 0 || k > 0) {
+        int64_t rem = i;
+        for (int d = nd - 1; d >= 0; --d) {
+          c[d] = rem % mesh.dim_size(d);
+          rem /= mesh.dim_size(d);
+        }
+      }
+      if (k > 0) std::fill(mask_ok.begin(), mask_ok.end(), 0);
+    } else if (i > 0) {  // the next row-major coordinate: mesh dims first_changed.. change
       int first_changed = nd - 1;
       for (int d = nd - 1; d >= 0; --d) {
         first_changed = d;
@@ -635,17 +648,17 @@ StepCost SendRecvCostChains(const DeviceMesh& mesh, const ShardChains& from, con
     auto by_rank = [](const SendRecvIn& a, const SendRecvIn& b) { return a.src_rank < b.src_rank; };
     if (!in_order) std::sort(mine.begin(), mine.end(), by_rank);
     for (const SendRecvIn& x : mine) {
-      in_us[i] += x.us;
-      if (!first_rank_only) {
+      in_us[k] += x.us;
+      if (!some) {
         out_us[x.src_index] += x.us;
         running = std::max(running, out_us[x.src_index]);
       }
     }
     max_bytes = std::max(max_bytes, bytes_in);
     if (bytes_per_rank != nullptr) (*bytes_per_rank)[i] = bytes_in;
-    // in_us[i] is final and the outgoing sums only grow (non-negative addends): the time is at
+    // in_us[k] is final and the outgoing sums only grow (non-negative addends): the time is at
     // least `running`.
-    running = std::max(running, in_us[i]);
+    running = std::max(running, in_us[k]);
     if (limit_units != std::numeric_limits<int64_t>::max() && running != checked) {
       checked = running;  // CostUnits is a function of running: check each value once
       if (CostUnits(running) > limit_units) {
@@ -656,22 +669,137 @@ StepCost SendRecvCostChains(const DeviceMesh& mesh, const ShardChains& from, con
   }
   StepCost out;
   out.max_bytes_per_rank = max_bytes;
-  if (first_rank_only) {
-    out.us = n > 0 ? in_us[0] : 0.0;
+  if (some) {
+    for (double x : in_us) out.us = std::max(out.us, x);
     return out;
   }
   for (int64_t i = 0; i < n; ++i) out.us = std::max(out.us, std::max(in_us[i], out_us[i]));
   return out;
 }
 
+// SendRecvOutgoingUsChains' buffers, reused per thread.
+struct OutgoingScratch {
+  std::vector<int64_t> sc, dc, cc, fc;
+  std::vector<char> in_from, in_to;
+  std::vector<int> free_dims;
+  std::vector<std::vector<int64_t>> lens, coords;
+  std::vector<std::pair<int64_t, double>> outs;
+  std::vector<size_t> idx;
+};
+
+// The outgoing time of the source at mesh index `src` in SendRecvCostChains' full pass, found
+// from the target side: per tensor dim, the target chunks overlapping the source's interval
+// (ChunksOverlapping on the target chain), with every coordinate on the mesh dims in no target
+// chain; a destination counts where it does not hold the source's block itself (it differs on a
+// source chain's dim) and takes its blocks from this holder (its mesh index modulo the holder
+// count is this source's row-major position over the Replicate dims). Each transfer is the same
+// expression on the same link (max latency, min bandwidth over the dims where the two ranks
+// differ), summed in destination mesh-index order as the full pass sums it: the same double.
+double SendRecvOutgoingUsChains(const DeviceMesh& mesh, const ShardChains& from, const ShardChains& to,
+                                int64_t esize, const Topology& topo, int64_t src) {
+  const int nd = mesh.ndim();
+  const int tr = from.tensor_rank();
+  if (tr == 0) return 0.0;  // a scalar: every rank holds it, nothing moves
+  const std::vector<int64_t>& stride = mesh.strides();
+  OutgoingScratch& s = PerThread<OutgoingScratch>();
+  std::vector<int64_t>& sc = s.sc;
+  std::vector<int64_t>& dc = s.dc;
+  sc.resize(static_cast<size_t>(nd));
+  dc.resize(static_cast<size_t>(nd));
+  int64_t rem = src;
+  for (int d = nd - 1; d >= 0; --d) {
+    sc[d] = rem % mesh.dim_size(d);
+    rem /= mesh.dim_size(d);
+  }
+  std::vector<char>& in_from = s.in_from;
+  std::vector<char>& in_to = s.in_to;
+  in_from.assign(static_cast<size_t>(nd), 0);
+  in_to.assign(static_cast<size_t>(nd), 0);
+  for (int m : from.dims) in_from[m] = 1;
+  for (int m : to.dims) in_to[m] = 1;
+  int64_t h_count = 1, h_pos = 0;  // the holder count and this source's position among its block's holders
+  std::vector<int>& free_dims = s.free_dims;  // mesh dims in no target chain: every coordinate receives
+  free_dims.clear();
+  for (int m = 0; m < nd; ++m) {
+    if (!in_from[m]) {
+      h_count *= mesh.dim_size(m);
+      h_pos = h_pos * mesh.dim_size(m) + sc[m];
+    }
+    if (!in_to[m]) free_dims.push_back(m);
+  }
+  std::vector<std::vector<int64_t>>& lens = s.lens;
+  std::vector<std::vector<int64_t>>& coords = s.coords;
+  if (lens.size() < static_cast<size_t>(tr)) {
+    lens.resize(static_cast<size_t>(tr));
+    coords.resize(static_cast<size_t>(tr));
+  }
+  std::vector<int64_t>& cc = s.cc;
+  for (int t = 0; t < tr; ++t) {
+    lens[t].clear();
+    coords[t].clear();
+  }
+  for (int t = 0; t < tr; ++t) {
+    Interval iv{0, from.shape[t]};
+    for (int m : from.chain(t)) iv = ChunkOf(iv, from.mesh_shape[m], sc[m]);
+    const std::span<const int> chain = to.chain(t);
+    cc.assign(chain.size(), 0);
+    ChunksOverlapping(to.mesh_shape, chain, 0, Interval{0, to.shape[t]}, iv, cc, lens[t], coords[t]);
+    if (lens[t].empty()) return 0.0;  // the block is empty or no target box overlaps it
+  }
+  std::vector<std::pair<int64_t, double>>& outs = s.outs;  // (destination mesh index, transfer time)
+  outs.clear();
+  std::vector<size_t>& idx = s.idx;
+  idx.assign(static_cast<size_t>(tr), 0);
+  std::vector<int64_t>& fc = s.fc;
+  fc.assign(free_dims.size(), 0);
+  while (true) {
+    int64_t elems = 1;
+    for (int t = 0; t < tr; ++t) {
+      const std::span<const int> chain = to.chain(t);
+      elems *= lens[t][idx[t]];
+      for (size_t j = 0; j < chain.size(); ++j) dc[chain[j]] = coords[t][idx[t] * chain.size() + j];
+    }
+    for (size_t j = 0; j < free_dims.size(); ++j) dc[free_dims[j]] = fc[j];
+    bool holds = true;  // the destination has the block already (the full pass's empty mask)
+    int64_t i = 0;
+    Link link{0.0, std::numeric_limits<double>::infinity()};
+    for (int m = 0; m < nd; ++m) {
+      i += dc[m] * stride[m];
+      if (dc[m] == sc[m]) continue;
+      if (in_from[m]) holds = false;
+      link.alpha_us = std::max(link.alpha_us, topo.LatencyUs(m));
+      link.bw_gbps = std::min(link.bw_gbps, topo.BandwidthGBps(m));
+    }
+    if (!holds && i % h_count == h_pos) outs.emplace_back(i, link.alpha_us + BetaUs(1.0, elems * esize, link.bw_gbps));
+    // Next combination: the free dims' coordinates, then one overlapping chunk per tensor dim.
+    size_t j = 0;
+    for (; j < fc.size(); ++j) {
+      if (++fc[j] < mesh.dim_size(free_dims[j])) break;
+      fc[j] = 0;
+    }
+    if (j < fc.size()) continue;
+    int t = 0;
+    for (; t < tr; ++t) {
+      if (++idx[t] < lens[t].size()) break;
+      idx[t] = 0;
+    }
+    if (t == tr) break;
+  }
+  std::sort(outs.begin(), outs.end());
+  double us = 0;
+  for (const auto& [i, x] : outs) us += x;
+  return us;
+}
+
 // ModelStep's send_recv time and busiest rank's bytes (see SendRecvCostChains).
 StatusOr<StepCost> SendRecvCost(const Layout& from, const Layout& to, int64_t esize, const Topology& topo,
-                                bool first_rank_only = false, std::vector<int64_t>* bytes_per_rank = nullptr) {
+                                std::span<const int64_t> only_dst = {},
+                                std::vector<int64_t>* bytes_per_rank = nullptr) {
   if (!(from.mesh() == to.mesh()) || from.global_shape() != to.global_shape() || from.HasPartial()) {
     return DirectTransfers(from, to).status();
   }
   FlatChains a, b;
-  return SendRecvCostChains(from.mesh(), a.Of(from), b.Of(to), esize, topo, first_rank_only, bytes_per_rank);
+  return SendRecvCostChains(from.mesh(), a.Of(from), b.Of(to), esize, topo, only_dst, bytes_per_rank);
 }
 
 }  // namespace
@@ -854,7 +982,7 @@ StatusOr<StepModel> ModelStep(const PlanStep& step, DType dtype, const Topology&
   if (step.kind == StepKind::kSendRecv) {
     // DirectTransfers' transfers, found per destination from the overlapping source chunks and
     // summed in the same order (SendRecvCost).
-    MF_ASSIGN_OR_RETURN(StepCost c, SendRecvCost(step.from, step.to, esize, topo, false, &out.bytes_per_rank));
+    MF_ASSIGN_OR_RETURN(StepCost c, SendRecvCost(step.from, step.to, esize, topo, {}, &out.bytes_per_rank));
     out.us = c.us;
     return out;
   }
@@ -923,15 +1051,67 @@ int64_t MaxLocalElements(const Layout& layout) {
 
 StepCost SendRecvStepCost(const DeviceMesh& mesh, const ShardChains& from, const ShardChains& to, int64_t esize,
                           const Topology& topo, bool first_rank_only) {
-  return SendRecvCostChains(mesh, from, to, esize, topo, first_rank_only, nullptr);
+  const int64_t first = 0;
+  const std::span<const int64_t> only = first_rank_only ? std::span<const int64_t>(&first, 1) : std::span<const int64_t>();
+  return SendRecvCostChains(mesh, from, to, esize, topo, only, nullptr);
 }
 
 std::optional<StepCost> SendRecvStepCostWithin(const DeviceMesh& mesh, const ShardChains& from, const ShardChains& to,
                                                int64_t esize, const Topology& topo, int64_t limit_units) {
   bool gave_up = false;
-  const StepCost c = SendRecvCostChains(mesh, from, to, esize, topo, false, nullptr, limit_units, &gave_up);
+  const StepCost c = SendRecvCostChains(mesh, from, to, esize, topo, {}, nullptr, limit_units, &gave_up);
   if (gave_up || CostUnits(c.us) > limit_units) return std::nullopt;
   return c;
+}
+
+double SendRecvIncomingUs(const DeviceMesh& mesh, const ShardChains& from, const ShardChains& to, int64_t esize,
+                          const Topology& topo, std::span<const int64_t> dst) {
+  if (dst.empty()) return 0.0;
+  return SendRecvCostChains(mesh, from, to, esize, topo, dst, nullptr).us;
+}
+
+double SendRecvOutgoingUs(const DeviceMesh& mesh, const ShardChains& from, const ShardChains& to, int64_t esize,
+                          const Topology& topo, int64_t src) {
+  return SendRecvOutgoingUsChains(mesh, from, to, esize, topo, src);
+}
+
+std::vector<int64_t> SendRecvProbeRanks(const DeviceMesh& mesh) {
+  const int nd = mesh.ndim();
+  const std::vector<int64_t>& stride = mesh.strides();
+  std::vector<int64_t> wide;  // strides of the mesh dims of size >= 2
+  for (int d = 0; d < nd; ++d) {
+    if (mesh.dim_size(d) >= 2) wide.push_back(stride[d]);
+  }
+  std::vector<int64_t> probes;
+  constexpr size_t kCornerDims = 4;      // every corner up to 2^4 = 16 ranks
+  constexpr int64_t kProbeFraction = 8;  // probe at most 1/8 of the ranks
+  if (wide.size() <= kCornerDims) {
+    for (uint32_t bits = 0; bits < (uint32_t{1} << wide.size()); ++bits) {
+      int64_t i = 0;
+      for (size_t j = 0; j < wide.size(); ++j) i += (bits >> j & 1) ? wide[j] : 0;
+      probes.push_back(i);
+    }
+  } else {
+    probes.push_back(0);
+    int64_t all = 0;
+    for (int64_t w : wide) {
+      probes.push_back(w);
+      all += w;
+    }
+    probes.push_back(all);
+  }
+  probes.push_back(mesh.size() - 1);
+  if (mesh.size() < kProbeFraction * static_cast<int64_t>(probes.size())) return {};
+  std::sort(probes.begin(), probes.end());
+  probes.erase(std::unique(probes.begin(), probes.end()), probes.end());
+  return probes;
+}
+
+double SendRecvProbeUs(const DeviceMesh& mesh, const ShardChains& from, const ShardChains& to, int64_t esize,
+                       const Topology& topo, std::span<const int64_t> probes) {
+  double us = SendRecvIncomingUs(mesh, from, to, esize, topo, probes);
+  for (int64_t i : probes) us = std::max(us, SendRecvOutgoingUs(mesh, from, to, esize, topo, i));
+  return us;
 }
 
 int64_t MaxLocalElements(const ShardChains& l) {
@@ -1008,7 +1188,8 @@ StatusOr<StepCost> SendRecvFirstRankUs(const PlanStep& step, DType dtype, const 
     return InvalidArgumentError("SendRecvFirstRankUs needs a send_recv step, got " +
                                 std::string(StepKindName(step.kind)));
   }
-  return SendRecvCost(step.from, step.to, DTypeSize(dtype), topo, /*first_rank_only=*/true);
+  const int64_t first = 0;
+  return SendRecvCost(step.from, step.to, DTypeSize(dtype), topo, std::span<const int64_t>(&first, 1));
 }
 
 namespace {

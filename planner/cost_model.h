@@ -209,6 +209,31 @@ StepCost SendRecvStepCost(const DeviceMesh& mesh, const ShardChains& from, const
 std::optional<StepCost> SendRecvStepCostWithin(const DeviceMesh& mesh, const ShardChains& from, const ShardChains& to,
                                                int64_t esize, const Topology& topo, int64_t limit_units);
 
+// The per-rank terms of SendRecvStepCost's time (the max over ranks of max(incoming, outgoing)),
+// each the same double as in that max: the max of the incoming times of the destinations at the
+// mesh indices `dst` (each at most once; 0 when empty), and the outgoing time of the source at
+// mesh index `src` (found from the target chunks that overlap its block, summed in destination
+// order). Either is a lower bound of the step's time; each costs the rank's own transfers.
+// Preconditions: SendRecvStepCost's; indices in [0, mesh.size()).
+double SendRecvIncomingUs(const DeviceMesh& mesh, const ShardChains& from, const ShardChains& to, int64_t esize,
+                          const Topology& topo, std::span<const int64_t> dst);
+double SendRecvOutgoingUs(const DeviceMesh& mesh, const ShardChains& from, const ShardChains& to, int64_t esize,
+                          const Topology& topo, int64_t src);
+
+// A few ranks whose send_recv terms often include the busiest: those whose coordinates are all 0
+// or 1 on the mesh dims of size >= 2 (with more than 4 such dims: the origin, a 1 on one dim, a 1
+// on all) and the last rank, as ascending mesh indices; empty when the mesh has fewer than 8
+// ranks per probe (pricing every rank costs little more).
+std::vector<int64_t> SendRecvProbeRanks(const DeviceMesh& mesh);
+
+// A lower bound of SendRecvStepCost's time: the max of the incoming and outgoing times of the
+// ranks at the mesh indices `probes` (ascending, each at most once; 0 when empty). With
+// SendRecvProbeRanks it often equals the step's time (torch.chunk puts the remainder in the
+// leading chunks, so corner ranks tend to be the busiest). The search raises a deferred send_recv
+// edge's key to it before pricing the edge over every rank.
+double SendRecvProbeUs(const DeviceMesh& mesh, const ShardChains& from, const ShardChains& to, int64_t esize,
+                       const Topology& topo, std::span<const int64_t> probes);
+
 // Fills every step's bytes_per_rank and modelled_us, and the plan's modelled_us,
 // bytes_received_per_rank, max_bytes_received_per_rank and lower_bound_bytes_per_rank.
 Status FillPlanCosts(Plan& plan, const Topology& topo);

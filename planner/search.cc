@@ -448,8 +448,10 @@ StatusOr<Plan> PlanRedistribution(const Layout& from, const Layout& to, DType dt
     // path. At expansion, a send_recv edge only reserves its target's state id (ids, and so the
     // queue's tie order, are what eager relaxation would give) and queues a placeholder keyed by
     // a lower bound of its path cost (the exact incoming time of the first rank, ModelStepCost's
-    // sum for it), ordered before real entries of equal key. When the placeholder pops it is
-    // priced and relaxed unless its state is done; ties on cost go to the smaller stamp. Every
+    // sum for it), ordered before real entries of equal key. The first time the placeholder pops,
+    // its key is raised to the bound of a few ranks' exact terms (SendRecvProbeUs, often the time
+    // itself) and, if that is higher, it is queued again; the next time it pops it is priced and
+    // relaxed unless its state is done; ties on cost go to the smaller stamp. Every
     // entry popped before it has a key below the edge's true cost, so the result (dist, parent,
     // via of every state popped, and the pop order) equals relaxing every edge eagerly in stamp
     // order, where the first of equal-cost paths wins.
@@ -492,6 +494,7 @@ StatusOr<Plan> PlanRedistribution(const Layout& from, const Layout& to, DType dt
       Stamp stamp;
       int target_id;
       bool priced = false;
+      bool probed = false;  // its key was raised to SendRecvProbeUs' bound
     };
     std::vector<Deferred> deferred;
     using Entry = std::pair<PathCost, int>;  // id >= 0: a state; id < 0: deferred[-id - 1]
@@ -528,6 +531,7 @@ StatusOr<Plan> PlanRedistribution(const Layout& from, const Layout& to, DType dt
     std::vector<int> all_dims(static_cast<size_t>(nd));
     for (int m = 0; m < nd; ++m) all_dims[m] = m;
     const ShardChains direct_chains = sp.Chains(direct_st.data());
+    const std::vector<int64_t> probes = SendRecvProbeRanks(from.mesh());  // empty: no probing
     auto price_deferred = [&](Deferred& d) -> Status {
       // Only a time within dist - parent can relax the target (a higher one makes a strictly
       // higher path cost): the pricing gives up as soon as the time is known to exceed it.
@@ -550,6 +554,20 @@ StatusOr<Plan> PlanRedistribution(const Layout& from, const Layout& to, DType dt
       if (id < 0) {
         Deferred& d = deferred[static_cast<size_t>(-id - 1)];
         if (done[d.target_id]) continue;
+        if (!d.probed && !probes.empty()) {
+          // Before pricing every rank, a few ranks' exact terms (a lower bound that is often the
+          // time itself): when it raises the key, the edge waits in the queue again, and the
+          // target is often reached by a cheaper path first.
+          d.probed = true;
+          const double probe =
+              SendRecvProbeUs(from.mesh(), sp.Chains(sp.state(d.parent)), direct_chains, esize, topo, probes);
+          const PathCost key{SatAdd(std::get<0>(d.parent_cost), CostUnits(probe)), std::get<1>(d.parent_cost),
+                             std::get<2>(d.parent_cost) + 1};
+          if (cost < key) {
+            queue.push({key, id});
+            continue;
+          }
+        }
         MF_RETURN_IF_ERROR(price_deferred(d));
         continue;
       }

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <limits>
 #include <map>
 #include <optional>
@@ -343,6 +344,130 @@ TEST(StepCostTest, SendRecvOnAMeshWithManyUnitDims) {
   EXPECT_GT(checked, 20);
 }
 
+// Every rank's incoming and outgoing send_recv times as the per-rank reference sums them
+// (DirectTransfers' order), indexed by mesh index.
+void ReferenceRankTimes(const Layout& from, const Layout& to, int64_t esize, const Topology& topo,
+                        std::vector<double>* in_us, std::vector<double>* out_us) {
+  const DeviceMesh& mesh = from.mesh();
+  in_us->assign(static_cast<size_t>(mesh.size()), 0.0);
+  out_us->assign(static_cast<size_t>(mesh.size()), 0.0);
+  const StatusOr<std::vector<Transfer>> transfers = DirectTransfers(from, to);
+  ASSERT_TRUE(transfers.ok()) << transfers.status();
+  for (const Transfer& t : *transfers) {
+    const int si = *mesh.IndexOf(t.src_rank), di = *mesh.IndexOf(t.dst_rank);
+    const std::vector<int64_t> sc = CoordOf(mesh, si), dc = CoordOf(mesh, di);
+    std::vector<int> path;
+    for (int d = 0; d < mesh.ndim(); ++d) {
+      if (sc[d] != dc[d]) path.push_back(d);
+    }
+    const Link link = LinkOf(topo, path);
+    const double us = link.alpha_us + static_cast<double>(t.box.NumElements() * esize) / (link.bw_gbps * 1e3);
+    (*in_us)[di] += us;
+    (*out_us)[si] += us;
+  }
+}
+
+// The ranks SendRecvProbeUs reads (mesh indices), by its rule: coordinates 0 or 1 on the dims of
+// size >= 2 (every corner up to 4 such dims; else the origin, one 1 per dim, all ones) and the
+// last rank; none on meshes with fewer than 8 ranks per probe.
+std::vector<int64_t> ProbeRanks(const DeviceMesh& mesh) {
+  std::vector<std::vector<int64_t>> coords;
+  std::vector<int> wide;
+  for (int d = 0; d < mesh.ndim(); ++d) {
+    if (mesh.dim_size(d) >= 2) wide.push_back(d);
+  }
+  std::vector<int64_t> zero(static_cast<size_t>(mesh.ndim()), 0);
+  if (wide.size() <= 4) {
+    for (int bits = 0; bits < (1 << wide.size()); ++bits) {
+      std::vector<int64_t> c = zero;
+      for (size_t j = 0; j < wide.size(); ++j) c[wide[j]] = bits >> j & 1;
+      coords.push_back(c);
+    }
+  } else {
+    coords.push_back(zero);
+    std::vector<int64_t> all = zero;
+    for (int d : wide) {
+      std::vector<int64_t> c = zero;
+      c[d] = 1;
+      all[d] = 1;
+      coords.push_back(c);
+    }
+    coords.push_back(all);
+  }
+  std::vector<int64_t> out;
+  for (const auto& c : coords) out.push_back(IndexOf(mesh, c));
+  out.push_back(mesh.size() - 1);
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  if (mesh.size() < 8 * static_cast<int64_t>(coords.size() + 1)) return {};
+  return out;
+}
+
+// SendRecvIncomingUs / SendRecvOutgoingUs: every rank's terms, the same doubles as the per-rank
+// reference; the incoming max over several destinations; SendRecvProbeUs equal to the max over
+// its probe ranks' terms, and at most the step's time.
+TEST(StepCostTest, SendRecvRankTermsMatchThePerRankReference) {
+  Gen gen{std::mt19937(123)};
+  int checked = 0, probed = 0, probe_exact = 0;
+  auto check = [&](const Layout& from, const Layout& to, const Topology& topo) {
+    const DeviceMesh& mesh = from.mesh();
+    std::vector<double> ref_in, ref_out;
+    ReferenceRankTimes(from, to, 4, topo, &ref_in, &ref_out);
+    FlatChains fa, fb;
+    const ShardChains a = fa.Of(from), b = fb.Of(to);
+    double all_max = 0;
+    for (int64_t i = 0; i < mesh.size(); ++i) {
+      const int64_t one[] = {i};
+      ASSERT_EQ(SendRecvIncomingUs(mesh, a, b, 4, topo, one), ref_in[i])
+          << from.ToString() << " -> " << to.PlacementsString() << " rank index " << i;
+      ASSERT_EQ(SendRecvOutgoingUs(mesh, a, b, 4, topo, i), ref_out[i])
+          << from.ToString() << " -> " << to.PlacementsString() << " rank index " << i;
+      all_max = std::max({all_max, ref_in[i], ref_out[i]});
+    }
+    const int64_t some[] = {0, mesh.size() - 1, mesh.size() / 2};
+    const std::span<const int64_t> dst(some, mesh.size() >= 3 ? 3 : 1);
+    double some_max = 0;
+    for (int64_t i : dst) some_max = std::max(some_max, ref_in[i]);
+    EXPECT_EQ(SendRecvIncomingUs(mesh, a, b, 4, topo, dst), some_max);
+    EXPECT_EQ(SendRecvIncomingUs(mesh, a, b, 4, topo, {}), 0.0);
+    const std::vector<int64_t> probes = ProbeRanks(mesh);
+    ASSERT_EQ(SendRecvProbeRanks(mesh), probes) << mesh.ToString();
+    const double probe = SendRecvProbeUs(mesh, a, b, 4, topo, probes.empty() ? std::vector<int64_t>{0} : probes);
+    const double full = SendRecvStepCost(mesh, a, b, 4, topo, false).us;
+    EXPECT_EQ(full, all_max);
+    EXPECT_LE(probe, full) << from.ToString() << " -> " << to.PlacementsString();
+    double probe_max = probes.empty() ? std::max(ref_in[0], ref_out[0]) : 0.0;
+    for (int64_t i : probes) probe_max = std::max({probe_max, ref_in[i], ref_out[i]});
+    EXPECT_EQ(probe, probe_max) << from.ToString() << " -> " << to.PlacementsString();
+    if (!probes.empty()) {
+      ++probed;
+      if (probe == full) ++probe_exact;
+    }
+    ++checked;
+  };
+  for (int i = 0; i < 1500; ++i) {
+    const DeviceMesh mesh = gen.Mesh();
+    const std::vector<int64_t> shape = gen.Shape();
+    const Layout from = gen.RandomLayout(shape, mesh, false);
+    const Layout to = gen.RandomLayout(shape, mesh, false);
+    check(from, to, gen.Topo(mesh.ndim()));
+  }
+  // Meshes large enough to probe more than the origin: every corner of 2-D to 4-D meshes, and
+  // past 4 dims of size >= 2 the origin, one 1 per dim, all ones (and the last rank each time).
+  for (const std::vector<int64_t>& shape : std::vector<std::vector<int64_t>>{
+           {8, 8}, {16, 5}, {4, 4, 4, 4}, {2, 2, 2, 2, 2, 2, 2, 2}, {3, 2, 2, 1, 2, 2, 2}}) {
+    const DeviceMesh mesh = *DeviceMesh::Create(shape);
+    for (int i = 0; i < 12; ++i) {
+      const std::vector<int64_t> tshape{gen.Uniform(1, 40), gen.Uniform(1, 40), gen.Uniform(1, 9)};
+      check(gen.RandomLayout(tshape, mesh, false), gen.RandomLayout(tshape, mesh, false),
+            gen.Topo(mesh.ndim()));
+    }
+  }
+  EXPECT_GT(checked, 1500);
+  EXPECT_EQ(probed, 60);
+  EXPECT_GT(probe_exact, probed / 2);  // the probes usually find the busiest rank
+}
+
 // The search as it was before send_recv edges were deferred: every edge relaxed eagerly at
 // expansion, a strictly better path replaces, ties go to the first path found.
 std::vector<PlanStep> EagerDijkstra(const Layout& from, const Layout& to, DType dtype, const Topology& topo) {
@@ -394,11 +519,12 @@ std::vector<PlanStep> EagerDijkstra(const Layout& from, const Layout& to, DType 
   return steps;
 }
 
-TEST(StepCostTest, SearchWithDeferredSendRecvEqualsEagerSearch) {
-  Gen gen{std::mt19937(31337)};
-  int with_send_recv = 0, compared = 0;
-  for (int i = 0; i < 400; ++i) {
-    const DeviceMesh mesh = gen.Mesh();
+// PlanRedistribution against EagerDijkstra on `cases` random layout pairs over meshes from
+// `mesh_of`: the same steps, costs and bytes. Counts compared cases and send_recv steps.
+template <typename MeshOf>
+void CompareWithEagerSearch(Gen& gen, int cases, MeshOf mesh_of, int* compared, int* with_send_recv) {
+  for (int i = 0; i < cases; ++i) {
+    const DeviceMesh mesh = mesh_of();
     const std::vector<int64_t> shape = gen.Shape();
     const Layout from = gen.RandomLayout(shape, mesh, true);
     const Layout to = gen.RandomLayout(shape, mesh, true);
@@ -418,12 +544,37 @@ TEST(StepCostTest, SearchWithDeferredSendRecvEqualsEagerSearch) {
       EXPECT_EQ(plan->steps[k].to, ref[k].to);
       EXPECT_EQ(plan->steps[k].modelled_us, ref[k].modelled_us);
       EXPECT_EQ(plan->steps[k].bytes_per_rank, ref[k].bytes_per_rank);
-      if (ref[k].kind == StepKind::kSendRecv) ++with_send_recv;
+      if (ref[k].kind == StepKind::kSendRecv) ++*with_send_recv;
     }
-    ++compared;
+    ++*compared;
   }
+}
+
+TEST(StepCostTest, SearchWithDeferredSendRecvEqualsEagerSearch) {
+  Gen gen{std::mt19937(31337)};
+  int with_send_recv = 0, compared = 0;
+  CompareWithEagerSearch(gen, 400, [&] { return gen.Mesh(); }, &compared, &with_send_recv);
   EXPECT_GT(compared, 250);
   EXPECT_GT(with_send_recv, 8);
+}
+
+// The same on meshes large enough for the search to probe deferred send_recv edges
+// (SendRecvProbeRanks non-empty) before pricing them over every rank.
+TEST(StepCostTest, SearchWithProbedSendRecvEqualsEagerSearch) {
+  Gen gen{std::mt19937(2718)};
+  static const std::vector<std::vector<int64_t>> kMeshes = {{8, 8}, {16, 5}, {4, 4, 8}, {32, 4}};
+  int with_send_recv = 0, compared = 0;
+  CompareWithEagerSearch(
+      gen, 200,
+      [&] {
+        const DeviceMesh mesh = *DeviceMesh::Create(kMeshes[gen.Uniform(0, static_cast<int>(kMeshes.size()) - 1)]);
+        EXPECT_FALSE(SendRecvProbeRanks(mesh).empty()) << mesh.ToString();
+        return mesh;
+      },
+      &compared, &with_send_recv);
+  EXPECT_GT(compared, 120);
+  EXPECT_GT(with_send_recv, 10);
+  std::printf("probed search cases: %d compared, %d send_recv steps\n", compared, with_send_recv);
 }
 
 // The plan's costs (FillPlanCosts: box sizes per rank from per-tensor-dim tables, the lower bound
