@@ -330,13 +330,45 @@ struct SendRecvIn {
   double us;
 };
 
+// Link masks of a send_recv step: one bit per mesh dim of size >= 2 (only those can differ
+// between two ranks; there are at most 63 of them), and per bit that dim's latency and bandwidth.
+// The link of a mask is LinkOf of that path (max latency, min bandwidth over it).
+struct MaskLinks {
+  std::vector<int> bit;  // per mesh dim, its bit (-1: size 1)
+  std::vector<double> lat, bw;
+
+  void Build(const DeviceMesh& mesh, const Topology& topo) {
+    bit.assign(static_cast<size_t>(mesh.ndim()), -1);
+    lat.clear();
+    bw.clear();
+    for (int d = 0; d < mesh.ndim(); ++d) {
+      if (mesh.dim_size(d) < 2) continue;
+      bit[d] = static_cast<int>(lat.size());
+      lat.push_back(topo.LatencyUs(d));
+      bw.push_back(topo.BandwidthGBps(d));
+    }
+  }
+  int bits() const { return static_cast<int>(lat.size()); }
+  Link Of(uint64_t mask) const {
+    Link link{0.0, std::numeric_limits<double>::infinity()};
+    for (size_t b = 0; b < lat.size(); ++b) {
+      if (mask >> b & 1) {
+        link.alpha_us = std::max(link.alpha_us, lat[b]);
+        link.bw_gbps = std::min(link.bw_gbps, bw[b]);
+      }
+    }
+    return link;
+  }
+};
+
 // SendRecvCostChains' buffers, reused per thread (the search prices an edge per expansion).
 struct SendRecvScratch {
   std::vector<int64_t> cc, c, least_stride, memo_bytes;
   std::vector<char> sharded;
-  std::vector<int> rep, bit, fastest, last_dim;
+  std::vector<int> rep, fastest, last_dim;
+  MaskLinks links;
   std::vector<char> mask_ok;
-  std::vector<double> lat, bw, memo_us, in_us, out_us;
+  std::vector<double> memo_us, in_us, out_us;
   std::vector<Link> memo_link;  // per link mask, its link (valid where memo_bytes is not -1)
   // Per tensor dim: the overlap lists of every target interval met so far (appended), where each
   // target interval's list starts (slot, per key; -1: not met yet), and the current list.
@@ -387,35 +419,15 @@ StepCost SendRecvCostChains(const DeviceMesh& mesh, const ShardChains& from, con
       h_count *= mesh.dim_size(m);
     }
   }
-  // Masks of differing mesh dims have one bit per mesh dim of size >= 2 (only those can differ;
-  // there are at most 63 of them). The link of a mask is LinkOf of that path (max latency, min
-  // bandwidth over it).
-  std::vector<int>& bit = sc.bit;
-  bit.assign(static_cast<size_t>(nd), -1);
-  std::vector<double>& lat = sc.lat;
-  std::vector<double>& bw = sc.bw;
-  lat.clear();
-  bw.clear();
-  for (int d = 0; d < nd; ++d) {
-    if (mesh.dim_size(d) < 2) continue;
-    bit[d] = static_cast<int>(lat.size());
-    lat.push_back(topo.LatencyUs(d));
-    bw.push_back(topo.BandwidthGBps(d));
-  }
-  const int nb = static_cast<int>(lat.size());
+  // Masks of differing mesh dims (MaskLinks).
+  MaskLinks& links = sc.links;
+  links.Build(mesh, topo);
+  const std::vector<int>& bit = links.bit;
+  const int nb = links.bits();
   constexpr int kMaskDims = 12;  // the memo below is indexed by mask up to this many bits
   const bool table = nb <= kMaskDims;
   auto differ = [&](int m, bool d) { return d ? uint64_t{1} << bit[m] : uint64_t{0}; };
-  auto link_of = [&](uint64_t mask) {
-    Link link{0.0, std::numeric_limits<double>::infinity()};
-    for (int b = 0; b < nb; ++b) {
-      if (mask >> b & 1) {
-        link.alpha_us = std::max(link.alpha_us, lat[b]);
-        link.bw_gbps = std::min(link.bw_gbps, bw[b]);
-      }
-    }
-    return link;
-  };
+  auto link_of = [&](uint64_t mask) { return links.Of(mask); };
   // Per link mask, the bytes and time of the last transfer priced on it (most transfers of a step
   // repeat a few sizes on a few links): the same double without the link walk and the division.
   std::vector<int64_t>& memo_bytes = sc.memo_bytes;
@@ -791,6 +803,71 @@ double SendRecvOutgoingUsChains(const DeviceMesh& mesh, const ShardChains& from,
   return us;
 }
 
+// The source chunks of one tensor dim that overlap a destination at the origin (every coordinate
+// 0), grouped by the mesh dims where their coordinates differ from it (a bit mask: bit `bit[m]`
+// where the chunk's coordinate on chain dim m is not 0): per group, the number of non-empty
+// chunks and their total overlap length. Fully covered subtrees are counted by size, not per
+// chunk (children of equal size have the same subtree), so the cost does not grow with the
+// number of chunks.
+constexpr int64_t kZero = 0;  // a one-element span of the origin's mesh index
+
+struct MaskGroup {
+  uint64_t mask;
+  int64_t count;
+  int64_t len;
+};
+
+// SendRecvFirstRankBoundUs' buffers, reused per thread.
+struct FirstRankScratch {
+  MaskLinks links;
+  std::vector<std::vector<MaskGroup>> groups;
+  std::vector<size_t> idx;
+};
+
+// Every non-empty leaf under `level` of an interval of `size` elements, `mult` copies of it.
+void FullTreeGroups(std::span<const int64_t> mesh_shape, std::span<const int> chain, std::span<const int> bit,
+                    size_t level, int64_t size, uint64_t mask, int64_t mult, std::vector<MaskGroup>& out) {
+  if (size == 0) return;
+  if (level == chain.size()) {
+    out.push_back(MaskGroup{mask, mult, mult * size});
+    return;
+  }
+  const int m = chain[level];
+  const int64_t k = mesh_shape[m];
+  const int64_t chunk = (size + k - 1) / k;
+  FullTreeGroups(mesh_shape, chain, bit, level + 1, chunk, mask, mult, out);  // child 0 (chunk <= size)
+  if (k == 1) return;
+  const uint64_t b = uint64_t{1} << bit[m];
+  const int64_t full = size / chunk;  // children 0 .. full-1 have `chunk` elements (full <= k)
+  const int64_t rem = size - full * chunk;
+  if (full > 1) FullTreeGroups(mesh_shape, chain, bit, level + 1, chunk, mask | b, mult * (full - 1), out);
+  if (rem > 0) FullTreeGroups(mesh_shape, chain, bit, level + 1, rem, mask | b, mult, out);
+}
+
+// The leaves under `level` of `iv` that overlap `target`, by group.
+void OverlapGroups(std::span<const int64_t> mesh_shape, std::span<const int> chain, std::span<const int> bit,
+                   size_t level, Interval iv, Interval target, uint64_t mask, std::vector<MaskGroup>& out) {
+  const int64_t b = std::max(iv.begin, target.begin), e = std::min(iv.end, target.end);
+  if (iv.empty() || b >= e) return;
+  if (b == iv.begin && e == iv.end) {
+    FullTreeGroups(mesh_shape, chain, bit, level, iv.size(), mask, 1, out);
+    return;
+  }
+  if (level == chain.size()) {
+    out.push_back(MaskGroup{mask, 1, e - b});
+    return;
+  }
+  const int m = chain[level];
+  const int64_t k = mesh_shape[m];
+  const int64_t chunk = (iv.size() + k - 1) / k;
+  const int64_t lo = (b - iv.begin) / chunk;
+  const int64_t hi = std::min(k - 1, (e - 1 - iv.begin) / chunk);
+  for (int64_t x = lo; x <= hi; ++x) {
+    OverlapGroups(mesh_shape, chain, bit, level + 1, ChunkOf(iv, k, x), target,
+                  x == 0 ? mask : mask | uint64_t{1} << bit[m], out);
+  }
+}
+
 // ModelStep's send_recv time and busiest rank's bytes (see SendRecvCostChains).
 StatusOr<StepCost> SendRecvCost(const Layout& from, const Layout& to, int64_t esize, const Topology& topo,
                                 std::span<const int64_t> only_dst = {},
@@ -1073,6 +1150,78 @@ double SendRecvIncomingUs(const DeviceMesh& mesh, const ShardChains& from, const
 double SendRecvOutgoingUs(const DeviceMesh& mesh, const ShardChains& from, const ShardChains& to, int64_t esize,
                           const Topology& topo, int64_t src) {
   return SendRecvOutgoingUsChains(mesh, from, to, esize, topo, src);
+}
+
+double SendRecvFirstRankBoundUs(const DeviceMesh& mesh, const ShardChains& from, const ShardChains& to,
+                                int64_t esize, const Topology& topo) {
+  const int tr = from.tensor_rank();
+  if (tr == 0) return 0.0;  // a scalar: nothing moves
+  FirstRankScratch& sc = PerThread<FirstRankScratch>();
+  sc.links.Build(mesh, topo);  // the bits of the mesh dims that can differ, and their links
+  const std::vector<int>& bit = sc.links.bit;
+  // Per tensor dim, the overlapping source chunks of the origin's target interval, one entry per
+  // mask (merged).
+  std::vector<std::vector<MaskGroup>>& groups = sc.groups;
+  if (groups.size() < static_cast<size_t>(tr)) groups.resize(static_cast<size_t>(tr));
+  int64_t combos = 1;
+  constexpr int64_t kMaxCombos = 4096;  // past this many mask combinations, price the rank exactly
+  for (int t = 0; t < tr; ++t) {
+    Interval target{0, to.shape[t]};
+    for (int m : to.chain(t)) target = ChunkOf(target, to.mesh_shape[m], 0);
+    std::vector<MaskGroup>& g = groups[t];
+    g.clear();
+    OverlapGroups(from.mesh_shape, from.chain(t), bit, 0, Interval{0, from.shape[t]}, target, 0, g);
+    if (g.empty()) return 0.0;  // the origin receives nothing
+    std::sort(g.begin(), g.end(), [](const MaskGroup& a, const MaskGroup& b) { return a.mask < b.mask; });
+    size_t w = 0;
+    for (size_t r = 1; r < g.size(); ++r) {
+      if (g[r].mask == g[w].mask) {
+        g[w].count += g[r].count;
+        g[w].len += g[r].len;
+      } else {
+        g[++w] = g[r];
+      }
+    }
+    g.resize(w + 1);
+    combos *= static_cast<int64_t>(g.size());
+    if (combos > kMaxCombos) {
+      return SendRecvCostChains(mesh, from, to, esize, topo, std::span<const int64_t>(&kZero, 1), nullptr).us;
+    }
+  }
+  // Every combination of one group per tensor dim: its transfers' count, bytes and common link.
+  // The origin takes every block from its own Replicate coordinates (its holder), so a transfer's
+  // link is that of its source block's mask; mask 0 is the origin's own block.
+  double sum = 0;
+  int64_t transfers = 0;
+  std::vector<size_t>& idx = sc.idx;
+  idx.assign(static_cast<size_t>(tr), 0);
+  while (true) {
+    uint64_t mask = 0;
+    int64_t count = 1, len = 1;
+    for (int t = 0; t < tr; ++t) {
+      const MaskGroup& g = groups[t][idx[t]];
+      mask |= g.mask;
+      count *= g.count;
+      len *= g.len;
+    }
+    if (mask != 0) {
+      const Link link = sc.links.Of(mask);
+      sum += static_cast<double>(count) * link.alpha_us + BetaUs(1.0, len * esize, link.bw_gbps);
+      transfers += count;
+    }
+    int t = 0;
+    for (; t < tr; ++t) {
+      if (++idx[t] < groups[t].size()) break;
+      idx[t] = 0;
+    }
+    if (t == tr) break;
+  }
+  // The exact time sums the same terms one transfer at a time in doubles, each term and each sum
+  // rounded to 2^-53 relative: it is at least the real sum times 1 - (transfers + 3) * 2^-53 (to
+  // first order), and `sum` (one term per combination) at most the real sum times
+  // 1 + (combos + 4) * 2^-53; the slack below is 8 times the two together.
+  const double slack = static_cast<double>(transfers + combos + 8) * 0x1p-50;
+  return slack >= 1.0 ? 0.0 : sum * (1.0 - slack);
 }
 
 std::vector<int64_t> SendRecvProbeRanks(const DeviceMesh& mesh) {

@@ -220,6 +220,15 @@ double SendRecvIncomingUs(const DeviceMesh& mesh, const ShardChains& from, const
 double SendRecvOutgoingUs(const DeviceMesh& mesh, const ShardChains& from, const ShardChains& to, int64_t esize,
                           const Topology& topo, int64_t src);
 
+// A lower bound of the incoming time of the rank at mesh index 0 in SendRecvStepCost (what
+// SendRecvStepCost with first_rank_only returns), within a relative 2^-50 per transfer of it: its
+// transfers counted by groups of equal link (the mesh dims where source and destination differ)
+// in closed form, from the torch.chunk structure of each tensor dim's overlapping source chunks,
+// instead of one by one. So its cost does not grow with the number of sources (an all-to-all's
+// first rank has one per rank). The search keys deferred send_recv edges with it.
+double SendRecvFirstRankBoundUs(const DeviceMesh& mesh, const ShardChains& from, const ShardChains& to,
+                                int64_t esize, const Topology& topo);
+
 // A few ranks whose send_recv terms often include the busiest: those whose coordinates are all 0
 // or 1 on the mesh dims of size >= 2 (with more than 4 such dims: the origin, a 1 on one dim, a 1
 // on all) and the last rank, as ascending mesh indices; empty when the mesh has fewer than 8

@@ -447,10 +447,11 @@ StatusOr<Plan> PlanRedistribution(const Layout& from, const Layout& to, DType dt
     // pricing one needs a pass over every destination rank, and most are never on a competitive
     // path. At expansion, a send_recv edge only reserves its target's state id (ids, and so the
     // queue's tie order, are what eager relaxation would give) and queues a placeholder keyed by
-    // a lower bound of its path cost (the exact incoming time of the first rank, ModelStepCost's
-    // sum for it), ordered before real entries of equal key. The first time the placeholder pops,
-    // its key is raised to the bound of a few ranks' exact terms (SendRecvProbeUs, often the time
-    // itself) and, if that is higher, it is queued again; the next time it pops it is priced and
+    // a lower bound of its path cost (the incoming time of the first rank, counted by link in
+    // closed form less a rounding slack: SendRecvFirstRankBoundUs), ordered before real entries
+    // of equal key. The first time the placeholder pops while its target has a path, its key is
+    // raised to the bound of a few ranks' exact terms (SendRecvProbeUs, often the time itself)
+    // and, if that is higher, it is queued again; the next time it pops it is priced and
     // relaxed unless its state is done; ties on cost go to the smaller stamp. Every
     // entry popped before it has a key below the edge's true cost, so the result (dist, parent,
     // via of every state popped, and the pop order) equals relaxing every edge eagerly in stamp
@@ -554,10 +555,12 @@ StatusOr<Plan> PlanRedistribution(const Layout& from, const Layout& to, DType dt
       if (id < 0) {
         Deferred& d = deferred[static_cast<size_t>(-id - 1)];
         if (done[d.target_id]) continue;
-        if (!d.probed && !probes.empty()) {
+        if (!d.probed && !probes.empty() && dist[d.target_id] != kUnreached) {
           // Before pricing every rank, a few ranks' exact terms (a lower bound that is often the
           // time itself): when it raises the key, the edge waits in the queue again, and the
-          // target is often reached by a cheaper path first.
+          // target is often reached by a cheaper path first. Not while the target has no path
+          // yet: then the edge's price is what bounds the rest of the search (its pruning and
+          // the give-up limits), and delaying it rarely pays.
           d.probed = true;
           const double probe =
               SendRecvProbeUs(from.mesh(), sp.Chains(sp.state(d.parent)), direct_chains, esize, topo, probes);
@@ -601,8 +604,8 @@ StatusOr<Plan> PlanRedistribution(const Layout& from, const Layout& to, DType dt
         }
         if (done[nid]) return Status();  // eager relaxation would change nothing either
         if (kind == StepKind::kSendRecv) {
-          const StepCost lb = SendRecvStepCost(from.mesh(), cur_chains, direct_chains, esize, topo, true);
-          const PathCost key_lb{SatAdd(std::get<0>(cost), CostUnits(lb.us)), std::get<1>(cost), std::get<2>(cost) + 1};
+          const double lb = SendRecvFirstRankBoundUs(from.mesh(), cur_chains, direct_chains, esize, topo);
+          const PathCost key_lb{SatAdd(std::get<0>(cost), CostUnits(lb)), std::get<1>(cost), std::get<2>(cost) + 1};
           if (!(key_lb < dist[nid])) return Status();  // the true cost is no lower: never relaxed
           deferred.push_back(Deferred{id, cost, st, nid});
           queue.push({key_lb, -static_cast<int>(deferred.size())});

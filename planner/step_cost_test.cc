@@ -468,6 +468,56 @@ TEST(StepCostTest, SendRecvRankTermsMatchThePerRankReference) {
   EXPECT_GT(probe_exact, probed / 2);  // the probes usually find the busiest rank
 }
 
+// SendRecvFirstRankBoundUs: never above the first rank's exact incoming time, and within 1e-9
+// relative of it (the closed-form count differs only by rounding), on random layouts of small
+// meshes, of meshes with hundreds to thousands of ranks (an all-to-all's first rank has a source
+// per rank), and of a mesh with 70 dims.
+TEST(StepCostTest, SendRecvFirstRankBoundIsTight) {
+  Gen gen{std::mt19937(77)};
+  int checked = 0, nonzero = 0;
+  auto check = [&](const Layout& from, const Layout& to, const Topology& topo) {
+    FlatChains fa, fb;
+    const ShardChains a = fa.Of(from), b = fb.Of(to);
+    for (int64_t esize : {2, 8}) {
+      const double exact = SendRecvStepCost(from.mesh(), a, b, esize, topo, true).us;
+      const double bound = SendRecvFirstRankBoundUs(from.mesh(), a, b, esize, topo);
+      EXPECT_LE(bound, exact) << from.ToString() << " -> " << to.PlacementsString();
+      EXPECT_GE(bound, exact * (1 - 1e-9)) << from.ToString() << " -> " << to.PlacementsString();
+      if (exact > 0) ++nonzero;
+    }
+    ++checked;
+  };
+  for (int i = 0; i < 3000; ++i) {
+    const DeviceMesh mesh = gen.Mesh();
+    const std::vector<int64_t> shape = gen.Shape();
+    check(gen.RandomLayout(shape, mesh, false), gen.RandomLayout(shape, mesh, false), gen.Topo(mesh.ndim()));
+  }
+  for (const std::vector<int64_t>& shape : std::vector<std::vector<int64_t>>{{16, 16, 8}, {8, 8, 8}, {2, 4, 4, 8}}) {
+    const DeviceMesh mesh = *DeviceMesh::Create(shape);
+    for (int i = 0; i < 20; ++i) {
+      const std::vector<int64_t> tshape{gen.Uniform(1, 3000), gen.Uniform(1, 2500), gen.Uniform(1, 100)};
+      check(gen.RandomLayout(tshape, mesh, false), gen.RandomLayout(tshape, mesh, false), gen.Topo(mesh.ndim()));
+    }
+  }
+  std::vector<int64_t> wide(70, 1);
+  wide[3] = 2;
+  wide[66] = 3;
+  wide[69] = 2;
+  const DeviceMesh many = *DeviceMesh::Create(wide);
+  for (int i = 0; i < 20; ++i) {
+    Placements pf(70, Replicate{}), pt(70, Replicate{});
+    for (int m : {3, 66, 69}) {
+      pf[static_cast<size_t>(m)] = gen.Uniform(0, 2) == 0 ? Placement{Replicate{}} : Placement{Shard{gen.Uniform(0, 1)}};
+      pt[static_cast<size_t>(m)] = gen.Uniform(0, 2) == 0 ? Placement{Replicate{}} : Placement{Shard{gen.Uniform(0, 1)}};
+    }
+    Topology topo;
+    topo.intra_dims = std::vector<int>{66};
+    check(*Layout::Create({7, 12}, many, pf), *Layout::Create({7, 12}, many, pt), topo);
+  }
+  EXPECT_EQ(checked, 3080);
+  EXPECT_GT(nonzero, 1500);
+}
+
 // The search as it was before send_recv edges were deferred: every edge relaxed eagerly at
 // expansion, a strictly better path replaces, ties go to the first path found.
 std::vector<PlanStep> EagerDijkstra(const Layout& from, const Layout& to, DType dtype, const Topology& topo) {
