@@ -803,19 +803,23 @@ double SendRecvOutgoingUsChains(const DeviceMesh& mesh, const ShardChains& from,
   return us;
 }
 
+constexpr int64_t kZero = 0;  // a one-element span of the origin's mesh index
+
 // The source chunks of one tensor dim that overlap a destination at the origin (every coordinate
 // 0), grouped by the mesh dims where their coordinates differ from it (a bit mask: bit `bit[m]`
 // where the chunk's coordinate on chain dim m is not 0): per group, the number of non-empty
 // chunks and their total overlap length. Fully covered subtrees are counted by size, not per
 // chunk (children of equal size have the same subtree), so the cost does not grow with the
-// number of chunks.
-constexpr int64_t kZero = 0;  // a one-element span of the origin's mesh index
-
+// number of chunks, only with the number of distinct masks (at most 2^chain length).
 struct MaskGroup {
   uint64_t mask;
   int64_t count;
   int64_t len;
 };
+
+// Past this many groups (before merging equal masks) the closed form stops and the caller prices
+// the first rank exactly: a chain over many mesh dims can have up to 2^dims masks.
+constexpr size_t kMaxGroups = 4096;
 
 // SendRecvFirstRankBoundUs' buffers, reused per thread.
 struct FirstRankScratch {
@@ -827,7 +831,7 @@ struct FirstRankScratch {
 // Every non-empty leaf under `level` of an interval of `size` elements, `mult` copies of it.
 void FullTreeGroups(std::span<const int64_t> mesh_shape, std::span<const int> chain, std::span<const int> bit,
                     size_t level, int64_t size, uint64_t mask, int64_t mult, std::vector<MaskGroup>& out) {
-  if (size == 0) return;
+  if (size == 0 || out.size() > kMaxGroups) return;
   if (level == chain.size()) {
     out.push_back(MaskGroup{mask, mult, mult * size});
     return;
@@ -848,7 +852,7 @@ void FullTreeGroups(std::span<const int64_t> mesh_shape, std::span<const int> ch
 void OverlapGroups(std::span<const int64_t> mesh_shape, std::span<const int> chain, std::span<const int> bit,
                    size_t level, Interval iv, Interval target, uint64_t mask, std::vector<MaskGroup>& out) {
   const int64_t b = std::max(iv.begin, target.begin), e = std::min(iv.end, target.end);
-  if (iv.empty() || b >= e) return;
+  if (iv.empty() || b >= e || out.size() > kMaxGroups) return;
   if (b == iv.begin && e == iv.end) {
     FullTreeGroups(mesh_shape, chain, bit, level, iv.size(), mask, 1, out);
     return;
@@ -862,9 +866,24 @@ void OverlapGroups(std::span<const int64_t> mesh_shape, std::span<const int> cha
   const int64_t chunk = (iv.size() + k - 1) / k;
   const int64_t lo = (b - iv.begin) / chunk;
   const int64_t hi = std::min(k - 1, (e - 1 - iv.begin) / chunk);
+  // Children inside the target other than child 0 differ on this dim and have one of at most two
+  // sizes (`chunk`, the remainder): their subtrees are counted once per size.
+  int64_t inside_size[2] = {0, 0}, inside_mult[2] = {0, 0};
   for (int64_t x = lo; x <= hi; ++x) {
-    OverlapGroups(mesh_shape, chain, bit, level + 1, ChunkOf(iv, k, x), target,
-                  x == 0 ? mask : mask | uint64_t{1} << bit[m], out);
+    const Interval child = ChunkOf(iv, k, x);
+    if (x > 0 && !child.empty() && child.begin >= target.begin && child.end <= target.end) {
+      const int j = inside_mult[0] == 0 || inside_size[0] == child.size() ? 0 : 1;
+      inside_size[j] = child.size();
+      ++inside_mult[j];
+      continue;
+    }
+    OverlapGroups(mesh_shape, chain, bit, level + 1, child, target, x == 0 ? mask : mask | uint64_t{1} << bit[m], out);
+  }
+  for (int j = 0; j < 2; ++j) {
+    if (inside_mult[j] > 0) {
+      FullTreeGroups(mesh_shape, chain, bit, level + 1, inside_size[j], mask | uint64_t{1} << bit[m], inside_mult[j],
+                     out);
+    }
   }
 }
 
@@ -1172,6 +1191,7 @@ double SendRecvFirstRankBoundUs(const DeviceMesh& mesh, const ShardChains& from,
     g.clear();
     OverlapGroups(from.mesh_shape, from.chain(t), bit, 0, Interval{0, from.shape[t]}, target, 0, g);
     if (g.empty()) return 0.0;  // the origin receives nothing
+    const bool cut = g.size() > kMaxGroups;  // OverlapGroups stopped early: g is incomplete
     std::sort(g.begin(), g.end(), [](const MaskGroup& a, const MaskGroup& b) { return a.mask < b.mask; });
     size_t w = 0;
     for (size_t r = 1; r < g.size(); ++r) {
@@ -1184,7 +1204,7 @@ double SendRecvFirstRankBoundUs(const DeviceMesh& mesh, const ShardChains& from,
     }
     g.resize(w + 1);
     combos *= static_cast<int64_t>(g.size());
-    if (combos > kMaxCombos) {
+    if (cut || combos > kMaxCombos) {
       return SendRecvCostChains(mesh, from, to, esize, topo, std::span<const int64_t>(&kZero, 1), nullptr).us;
     }
   }

@@ -225,7 +225,8 @@ double SendRecvOutgoingUs(const DeviceMesh& mesh, const ShardChains& from, const
 // transfers counted by groups of equal link (the mesh dims where source and destination differ)
 // in closed form, from the torch.chunk structure of each tensor dim's overlapping source chunks,
 // instead of one by one. So its cost does not grow with the number of sources (an all-to-all's
-// first rank has one per rank). The search keys deferred send_recv edges with it.
+// first rank has one per rank), only with the number of link groups (past 4096 groups or group
+// combinations it prices the rank exactly). The search keys deferred send_recv edges with it.
 double SendRecvFirstRankBoundUs(const DeviceMesh& mesh, const ShardChains& from, const ShardChains& to,
                                 int64_t esize, const Topology& topo);
 

@@ -514,7 +514,19 @@ TEST(StepCostTest, SendRecvFirstRankBoundIsTight) {
     topo.intra_dims = std::vector<int>{66};
     check(*Layout::Create({7, 12}, many, pf), *Layout::Create({7, 12}, many, pt), topo);
   }
-  EXPECT_EQ(checked, 3080);
+  // A chain over 14 mesh dims of size 2 (16384 ranks): 2^14 masks, past the closed form's cap, so
+  // the first rank is priced exactly (an all-to-all: one source per rank).
+  const DeviceMesh deep = *DeviceMesh::Create(std::vector<int64_t>(14, 2));
+  const Layout rows = *Layout::Create({16384, 3}, deep, Placements(14, Shard{0}));
+  const Layout cols = *Layout::Create({16384, 3}, deep, Placements(14, Shard{1}));
+  check(rows, cols, Topology());
+  check(cols, rows, Topology());
+  // 8 mesh dims of size 3 over 154184 rows: uneven chunks give 5392 groups before equal masks
+  // merge into 2^8, so the list is cut at the cap and must not be used merged.
+  const DeviceMesh threes = *DeviceMesh::Create(std::vector<int64_t>(8, 3));
+  check(*Layout::Create({154184, 2}, threes, Placements(8, Shard{0})),
+        *Layout::Create({154184, 2}, threes, Placements(8, Shard{1})), Topology());
+  EXPECT_EQ(checked, 3083);
   EXPECT_GT(nonzero, 1500);
 }
 
