@@ -330,6 +330,10 @@ struct SendRecvIn {
   double us;
 };
 
+// The destination list of the origin alone (mesh index 0), for SendRecvCostChains' only_dst.
+constexpr int64_t kZero = 0;
+std::span<const int64_t> OriginOnly() { return std::span<const int64_t>(&kZero, 1); }
+
 // Link masks of a send_recv step: one bit per mesh dim of size >= 2 (only those can differ
 // between two ranks; there are at most 63 of them), and per bit that dim's latency and bandwidth.
 // The link of a mask is LinkOf of that path (max latency, min bandwidth over it).
@@ -691,6 +695,7 @@ StepCost SendRecvCostChains(const DeviceMesh& mesh, const ShardChains& from, con
 
 // SendRecvOutgoingUsChains' buffers, reused per thread.
 struct OutgoingScratch {
+  MaskLinks links;
   std::vector<int64_t> sc, dc, cc, fc;
   std::vector<char> in_from, in_to;
   std::vector<int> free_dims;
@@ -714,6 +719,7 @@ double SendRecvOutgoingUsChains(const DeviceMesh& mesh, const ShardChains& from,
   if (tr == 0) return 0.0;  // a scalar: every rank holds it, nothing moves
   const std::vector<int64_t>& stride = mesh.strides();
   OutgoingScratch& s = PerThread<OutgoingScratch>();
+  s.links.Build(mesh, topo);
   std::vector<int64_t>& sc = s.sc;
   std::vector<int64_t>& dc = s.dc;
   sc.resize(static_cast<size_t>(nd));
@@ -774,15 +780,17 @@ double SendRecvOutgoingUsChains(const DeviceMesh& mesh, const ShardChains& from,
     for (size_t j = 0; j < free_dims.size(); ++j) dc[free_dims[j]] = fc[j];
     bool holds = true;  // the destination has the block already (the full pass's empty mask)
     int64_t i = 0;
-    Link link{0.0, std::numeric_limits<double>::infinity()};
+    uint64_t mask = 0;  // the mesh dims where source and destination differ (all of size >= 2)
     for (int m = 0; m < nd; ++m) {
       i += dc[m] * stride[m];
       if (dc[m] == sc[m]) continue;
       if (in_from[m]) holds = false;
-      link.alpha_us = std::max(link.alpha_us, topo.LatencyUs(m));
-      link.bw_gbps = std::min(link.bw_gbps, topo.BandwidthGBps(m));
+      mask |= uint64_t{1} << s.links.bit[m];
     }
-    if (!holds && i % h_count == h_pos) outs.emplace_back(i, link.alpha_us + BetaUs(1.0, elems * esize, link.bw_gbps));
+    if (!holds && i % h_count == h_pos) {
+      const Link link = s.links.Of(mask);
+      outs.emplace_back(i, link.alpha_us + BetaUs(1.0, elems * esize, link.bw_gbps));
+    }
     // Next combination: the free dims' coordinates, then one overlapping chunk per tensor dim.
     size_t j = 0;
     for (; j < fc.size(); ++j) {
@@ -803,7 +811,6 @@ double SendRecvOutgoingUsChains(const DeviceMesh& mesh, const ShardChains& from,
   return us;
 }
 
-constexpr int64_t kZero = 0;  // a one-element span of the origin's mesh index
 
 // The source chunks of one tensor dim that overlap a destination at the origin (every coordinate
 // 0), grouped by the mesh dims where their coordinates differ from it (a bit mask: bit `bit[m]`
@@ -1147,9 +1154,8 @@ int64_t MaxLocalElements(const Layout& layout) {
 
 StepCost SendRecvStepCost(const DeviceMesh& mesh, const ShardChains& from, const ShardChains& to, int64_t esize,
                           const Topology& topo, bool first_rank_only) {
-  const int64_t first = 0;
-  const std::span<const int64_t> only = first_rank_only ? std::span<const int64_t>(&first, 1) : std::span<const int64_t>();
-  return SendRecvCostChains(mesh, from, to, esize, topo, only, nullptr);
+  return SendRecvCostChains(mesh, from, to, esize, topo, first_rank_only ? OriginOnly() : std::span<const int64_t>(),
+                            nullptr);
 }
 
 std::optional<StepCost> SendRecvStepCostWithin(const DeviceMesh& mesh, const ShardChains& from, const ShardChains& to,
@@ -1205,7 +1211,7 @@ double SendRecvFirstRankBoundUs(const DeviceMesh& mesh, const ShardChains& from,
     g.resize(w + 1);
     combos *= static_cast<int64_t>(g.size());
     if (cut || combos > kMaxCombos) {
-      return SendRecvCostChains(mesh, from, to, esize, topo, std::span<const int64_t>(&kZero, 1), nullptr).us;
+      return SendRecvCostChains(mesh, from, to, esize, topo, OriginOnly(), nullptr).us;
     }
   }
   // Every combination of one group per tensor dim: its transfers' count, bytes and common link.
@@ -1357,8 +1363,7 @@ StatusOr<StepCost> SendRecvFirstRankUs(const PlanStep& step, DType dtype, const 
     return InvalidArgumentError("SendRecvFirstRankUs needs a send_recv step, got " +
                                 std::string(StepKindName(step.kind)));
   }
-  const int64_t first = 0;
-  return SendRecvCost(step.from, step.to, DTypeSize(dtype), topo, std::span<const int64_t>(&first, 1));
+  return SendRecvCost(step.from, step.to, DTypeSize(dtype), topo, OriginOnly());
 }
 
 namespace {
