@@ -4,6 +4,7 @@
 #include <charconv>
 #include <cmath>
 #include <limits>
+#include <numeric>
 #include <string>
 #include <utility>
 
@@ -66,6 +67,33 @@ T& PerThread() {
   return s;
 }
 
+// torch.chunk of every length in `lens` into k parts: the distinct part lengths, sorted, into
+// `next`, and the part indices where the length changes (q and q+1, those below k; see
+// LengthCells) appended to `cuts`. Inlined: LengthCells runs per priced collective edge.
+[[gnu::always_inline]] inline void SplitLengths(const std::vector<int64_t>& lens, int64_t k, std::vector<int64_t>& next,
+                                                std::vector<int64_t>& cuts) {
+  next.clear();
+  for (int64_t len : lens) {
+    if (len == 0) {
+      next.push_back(0);
+      continue;
+    }
+    const int64_t chunk = (len + k - 1) / k;
+    const int64_t q = len / chunk;
+    next.push_back(chunk);
+    if (q < k) {
+      cuts.push_back(q);
+      next.push_back(len - q * chunk);
+    }
+    if (q + 1 < k) {
+      cuts.push_back(q + 1);
+      next.push_back(0);
+    }
+  }
+  std::sort(next.begin(), next.end());
+  next.erase(std::unique(next.begin(), next.end()), next.end());
+}
+
 // Per mesh dim, the sorted start coordinates of the cells (in s.cuts): coordinate ranges within
 // which every shard chain of `a` and `b` gives the same interval length at every level, whatever
 // the (reachable) length of the interval being split. torch.chunk of a length L > 0 into k parts
@@ -81,27 +109,7 @@ void LengthCells(const ShardChains& a, const ShardChains& b, CellScratch& s) {
     for (int t = 0; t < l->tensor_rank(); ++t) {
       lens.assign(1, l->shape[t]);
       for (int m : l->chain(t)) {
-        const int64_t k = l->mesh_shape[m];
-        next.clear();
-        for (int64_t len : lens) {
-          if (len == 0) {
-            next.push_back(0);
-            continue;
-          }
-          const int64_t chunk = (len + k - 1) / k;
-          const int64_t q = len / chunk;
-          next.push_back(chunk);
-          if (q < k) {
-            s.cuts[m].push_back(q);
-            next.push_back(len - q * chunk);
-          }
-          if (q + 1 < k) {
-            s.cuts[m].push_back(q + 1);
-            next.push_back(0);
-          }
-        }
-        std::sort(next.begin(), next.end());
-        next.erase(std::unique(next.begin(), next.end()), next.end());
+        SplitLengths(lens, l->mesh_shape[m], next, s.cuts[m]);
         lens.swap(next);
       }
     }
@@ -382,7 +390,78 @@ struct SendRecvScratch {
   std::vector<std::vector<uint64_t>> over_mask;
   std::vector<SendRecvIn> mine;
   std::vector<size_t> idx;
+  std::vector<std::vector<int64_t>> visit;  // TranslationClasses: per mesh dim, the coordinates priced
+  std::vector<size_t> visit_pos;            // the sub-grid odometer's position per mesh dim
+  std::vector<int64_t> lens, next;          // TranslationClasses' reachable interval lengths
 };
+
+// Mesh dims along which a send_recv step's per-rank terms repeat, and one coordinate per class.
+//
+// A mesh dim m is "passive" when it sits at the same level l of the same tensor dim t's chain in
+// both layouts, below the same outer levels (the chains agree up to and including m). Then a
+// destination's target interval on t and the source chunks it overlaps are subdivisions of one
+// level-l chunk, every source it receives from has its coordinate on m (its bit never differs),
+// and every destination a source sends to shares the source's coordinate on m. Moving a rank (with
+// all its partners) from coordinate x to y on m changes neither the lengths nor the links of its
+// transfers when the level-l chunks at x and y have the same length for every reachable length of
+// the interval they split (the cells of LengthCells: torch.chunk gives full chunks, one remainder,
+// then empty ones), and keeps their order when mesh index order is world rank order (the ranks
+// ascend with the index) and the Replicate holder each destination picks (its index modulo the
+// holder count) does not move (m's stride is a multiple of that count). So every per-rank term, as
+// the same double summed in the same order, is that of the rank with the cell's first coordinate
+// on m, and the max over ranks is the max over the sub-grid of such coordinates.
+//
+// Fills s.visit (per mesh dim: the cell starts of passive dims, every coordinate of the others)
+// and returns the sub-grid's size, or 0 when no dim is passive (then the full pass is no larger).
+int64_t TranslationClasses(const DeviceMesh& mesh, const ShardChains& from, const ShardChains& to, int64_t h_count,
+                           SendRecvScratch& s) {
+  const int nd = mesh.ndim();
+  if (!mesh.identity_ranks() && !std::is_sorted(mesh.ranks().begin(), mesh.ranks().end())) return 0;
+  if (s.visit.size() < static_cast<size_t>(nd)) s.visit.resize(static_cast<size_t>(nd));
+  bool reduced = false;
+  int64_t total = 1;
+  for (int m = 0; m < nd; ++m) {
+    const int64_t k = mesh.dim_size(m);
+    std::vector<int64_t>& v = s.visit[m];
+    v.clear();
+    // The tensor dim and level of m in the source's chains, and whether the target agrees.
+    int t = -1;
+    size_t level = 0;
+    for (int q = 0; q < from.tensor_rank() && t < 0; ++q) {
+      const std::span<const int> a = from.chain(q);
+      for (size_t j = 0; j < a.size(); ++j) {
+        if (a[j] == m) {
+          t = q;
+          level = j;
+        }
+      }
+    }
+    bool passive = k > 1 && t >= 0 && mesh.strides()[static_cast<size_t>(m)] % h_count == 0;
+    if (passive) {
+      const std::span<const int> a = from.chain(t), b = to.chain(t);
+      passive = b.size() > level && std::equal(a.begin(), a.begin() + static_cast<std::ptrdiff_t>(level) + 1, b.begin());
+    }
+    if (passive) {
+      // Reachable lengths of the interval split at `level`, then the cell starts of that split.
+      const std::span<const int> a = from.chain(t);
+      s.lens.assign(1, from.shape[t]);
+      for (size_t j = 0; j < level; ++j) {
+        SplitLengths(s.lens, from.mesh_shape[a[j]], s.next, v);  // v: scratch until here
+        s.lens.swap(s.next);
+      }
+      v.assign(1, 0);
+      SplitLengths(s.lens, k, s.next, v);
+      std::sort(v.begin(), v.end());
+      v.erase(std::unique(v.begin(), v.end()), v.end());
+      reduced = reduced || static_cast<int64_t>(v.size()) < k;
+    } else {
+      v.resize(static_cast<size_t>(k));
+      std::iota(v.begin(), v.end(), int64_t{0});
+    }
+    total *= static_cast<int64_t>(v.size());
+  }
+  return reduced ? total : 0;
+}
 
 // ModelStep's send_recv time and busiest rank's bytes, from the same transfers summed in the same
 // order (see ModelStepCost), without the (destination, block) pass of DirectTransfers.
@@ -443,7 +522,10 @@ StepCost SendRecvCostChains(const DeviceMesh& mesh, const ShardChains& from, con
     memo_link.resize(size_t{1} << nb);  // the same
   }
   const bool some = !only_dst.empty();  // only the destinations in only_dst, not every one
-  const int64_t count = some ? static_cast<int64_t>(only_dst.size()) : n;
+  // Without a byte vector to fill, the full pass prices one rank per translation class
+  // (TranslationClasses): the sub-grid of s.visit, in mesh index order.
+  const int64_t sub = some || bytes_per_rank != nullptr ? 0 : TranslationClasses(mesh, from, to, h_count, sc);
+  const int64_t count = some ? static_cast<int64_t>(only_dst.size()) : sub > 0 ? sub : n;
   std::vector<double>& in_us = sc.in_us;  // per destination priced (the k-th)
   std::vector<double>& out_us = sc.out_us;
   in_us.assign(static_cast<size_t>(count), 0.0);
@@ -521,9 +603,34 @@ StepCost SendRecvCostChains(const DeviceMesh& mesh, const ShardChains& from, con
   for (int t = 0; t < tr; ++t) {
     for (int m : from.chain(t)) last_dim[t] = std::max(last_dim[t], m);
   }
+  std::vector<size_t>& visit_pos = sc.visit_pos;
+  visit_pos.assign(static_cast<size_t>(nd), 0);
+  int64_t sub_index = 0;  // the sub-grid point's mesh index (its first point is the origin)
   for (int64_t k = 0; k < count; ++k) {
-    const int64_t i = some ? only_dst[static_cast<size_t>(k)] : k;  // the destination's mesh index
-    if (some) {  // its coordinates (all 0 before the first), and every tensor dim's masks to compute
+    if (sub > 0 && k > 0) {  // the sub-grid's next point in row-major order
+      int first_changed = nd - 1;
+      for (int d = nd - 1; d >= 0; --d) {
+        first_changed = d;
+        const std::vector<int64_t>& v = sc.visit[d];
+        sub_index -= c[d] * stride[d];
+        if (++visit_pos[d] < v.size()) {
+          c[d] = v[visit_pos[d]];
+          sub_index += c[d] * stride[d];
+          break;
+        }
+        visit_pos[d] = 0;
+        c[d] = v[0];
+        sub_index += c[d] * stride[d];
+      }
+      for (int t = 0; t < tr; ++t) {
+        if (last_dim[t] >= first_changed) mask_ok[t] = 0;
+      }
+    }
+    // The destination's mesh index.
+    const int64_t i = some ? only_dst[static_cast<size_t>(k)] : sub > 0 ? sub_index : k;
+    if (sub > 0) {
+      // c and the masks are set above.
+    } else if (some) {  // its coordinates (all 0 before the first), and every tensor dim's masks to compute
       if (i != 0 || k > 0) {
         int64_t rem = i;
         for (int d = nd - 1; d >= 0; --d) {
@@ -689,7 +796,10 @@ StepCost SendRecvCostChains(const DeviceMesh& mesh, const ShardChains& from, con
     for (double x : in_us) out.us = std::max(out.us, x);
     return out;
   }
-  for (int64_t i = 0; i < n; ++i) out.us = std::max(out.us, std::max(in_us[i], out_us[i]));
+  // Every source of a priced destination is priced itself (TranslationClasses), and out_us is 0
+  // for the ranks outside the sub-grid.
+  for (int64_t k = 0; k < count; ++k) out.us = std::max(out.us, in_us[k]);
+  for (int64_t i = 0; i < n; ++i) out.us = std::max(out.us, out_us[i]);
   return out;
 }
 
@@ -1164,6 +1274,17 @@ std::optional<StepCost> SendRecvStepCostWithin(const DeviceMesh& mesh, const Sha
   const StepCost c = SendRecvCostChains(mesh, from, to, esize, topo, {}, nullptr, limit_units, &gave_up);
   if (gave_up || CostUnits(c.us) > limit_units) return std::nullopt;
   return c;
+}
+
+int64_t SendRecvPricedDestinations(const DeviceMesh& mesh, const ShardChains& from, const ShardChains& to) {
+  std::vector<char> sharded(static_cast<size_t>(mesh.ndim()), 0);
+  for (int m : from.dims) sharded[m] = 1;
+  int64_t h_count = 1;
+  for (int m = 0; m < mesh.ndim(); ++m) {
+    if (!sharded[m]) h_count *= mesh.dim_size(m);
+  }
+  const int64_t sub = TranslationClasses(mesh, from, to, h_count, PerThread<SendRecvScratch>());
+  return sub > 0 ? sub : mesh.size();
 }
 
 double SendRecvIncomingUs(const DeviceMesh& mesh, const ShardChains& from, const ShardChains& to, int64_t esize,

@@ -209,6 +209,16 @@ StepCost SendRecvStepCost(const DeviceMesh& mesh, const ShardChains& from, const
 std::optional<StepCost> SendRecvStepCostWithin(const DeviceMesh& mesh, const ShardChains& from, const ShardChains& to,
                                                int64_t esize, const Topology& topo, int64_t limit_units);
 
+// How many destinations SendRecvStepCost (all ranks) and SendRecvStepCostWithin price: one rank
+// per translation class of the step's per-rank terms, at most mesh.size(). A mesh dim that sits at
+// the same level of the same tensor dim's chain in both layouts, under the same outer levels, moves
+// a rank and all its partners together; its coordinates whose chunks have equal lengths (torch.chunk
+// cells: full, remainder, empty) give every rank the same terms, the same doubles summed in the
+// same order, when mesh index order is world rank order and the Replicate holder choice does not
+// move. The search's exact pricing of `S(0),S(1),S(2)` -> `S(2),S(1),S(0)` on 16x16x8 prices 256
+// of the 2048 ranks.
+int64_t SendRecvPricedDestinations(const DeviceMesh& mesh, const ShardChains& from, const ShardChains& to);
+
 // The per-rank terms of SendRecvStepCost's time (the max over ranks of max(incoming, outgoing)),
 // each the same double as in that max: the max of the incoming times of the destinations at the
 // mesh indices `dst` (each at most once; 0 when empty), and the outgoing time of the source at

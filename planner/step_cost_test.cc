@@ -468,6 +468,154 @@ TEST(StepCostTest, SendRecvRankTermsMatchThePerRankReference) {
   EXPECT_GT(probe_exact, probed / 2);  // the probes usually find the busiest rank
 }
 
+// SendRecvStepCost prices one rank per translation class (SendRecvPricedDestinations) and still
+// returns the max over every rank of the per-rank reference's terms, the same double, and the
+// busiest rank's bytes. Meshes with long dims (many coordinates per chunk-length cell); targets
+// that keep some of the source's chains (so some mesh dims are passive) and move one mesh dim, or
+// that share only a chain prefix, or random ones; uneven and empty shapes; Replicate sources (the
+// holder rule); ascending non-contiguous and shuffled rank lists.
+TEST(StepCostTest, SendRecvTranslationClassesKeepTheExactTime) {
+  Gen gen{std::mt19937(31)};
+  static const std::vector<std::vector<int64_t>> kMeshes = {{16, 3}, {12, 2, 2}, {3, 10}, {2, 9, 2},
+                                                            {7, 7},  {5, 4, 3},  {4, 2, 6}};
+  int checked = 0, reduced = 0, reduced_with_holders = 0, unsorted = 0;
+  int64_t priced = 0, ranks = 0;
+  for (int i = 0; i < 700; ++i) {
+    const std::vector<int64_t>& mshape = kMeshes[gen.Uniform(0, static_cast<int>(kMeshes.size()) - 1)];
+    int64_t n = 1;
+    for (int64_t d : mshape) n *= d;
+    std::vector<int> rl(static_cast<size_t>(n));
+    std::iota(rl.begin(), rl.end(), 0);
+    const int kind = gen.Uniform(0, 3);
+    if (kind == 0) {
+      for (int& r : rl) r = 3 * r + 1;  // ascending, not 0..n-1
+    } else if (kind == 1) {
+      std::shuffle(rl.begin(), rl.end(), gen.rng);
+    }
+    const DeviceMesh mesh = kind >= 2 ? *DeviceMesh::Create(mshape) : *DeviceMesh::CreateWithRanks(mshape, rl);
+    std::vector<int64_t> shape(static_cast<size_t>(gen.Uniform(1, 3)));
+    for (int64_t& d : shape) d = gen.Uniform(0, 12) == 0 ? 0 : gen.Uniform(1, 60);
+    const Layout from = gen.RandomLayout(shape, mesh, false);
+    Layout to = gen.RandomLayout(shape, mesh, false);
+    if (gen.Uniform(0, 3) > 0) {
+      // The source with one mesh dim re-placed: the chains it does not touch stay (passive dims).
+      Placements ps = from.placements();
+      ShardOrder order = from.shard_order();
+      const int m = gen.Uniform(0, mesh.ndim() - 1);
+      for (auto& o : order) o.erase(std::remove(o.begin(), o.end(), m), o.end());
+      const int t = gen.Uniform(-1, static_cast<int>(shape.size()) - 1);
+      if (t < 0) {
+        ps[m] = Replicate{};
+      } else {
+        ps[m] = Shard{t};
+        // Innermost, or outermost (then the chain shares no prefix with the source's).
+        if (gen.Uniform(0, 1)) {
+          order[t].push_back(m);
+        } else {
+          order[t].insert(order[t].begin(), m);
+        }
+      }
+      StatusOr<Layout> l = Layout::Create(shape, mesh, ps, order);
+      if (l.ok()) to = *l;
+    }
+    const Topology topo = gen.Topo(mesh.ndim());
+    std::vector<double> ref_in, ref_out;
+    ReferenceRankTimes(from, to, 4, topo, &ref_in, &ref_out);
+    double ref = 0;
+    for (int64_t r = 0; r < n; ++r) ref = std::max({ref, ref_in[r], ref_out[r]});
+    FlatChains fa, fb;
+    const ShardChains a = fa.Of(from), b = fb.Of(to);
+    const StepCost c = SendRecvStepCost(mesh, a, b, 4, topo, false);
+    ASSERT_EQ(c.us, ref) << from.ToString() << " -> " << to.PlacementsString() << " order "
+                         << to.ToString();
+    StatusOr<PlanStep> step = SendRecvStep(from, to);
+    ASSERT_TRUE(step.ok()) << step.status();
+    StatusOr<StepModel> full = ModelStep(*step, DType::kF32, topo);  // every rank, with its byte vector
+    ASSERT_TRUE(full.ok()) << full.status();
+    EXPECT_EQ(full->us, ref);
+    EXPECT_EQ(c.max_bytes_per_rank, *std::max_element(full->bytes_per_rank.begin(), full->bytes_per_rank.end()))
+        << from.ToString() << " -> " << to.ToString();
+    const int64_t p = SendRecvPricedDestinations(mesh, a, b);
+    ASSERT_GE(p, 1);
+    ASSERT_LE(p, n);
+    if (kind == 1 && !std::is_sorted(rl.begin(), rl.end())) {
+      EXPECT_EQ(p, n) << "a shuffled rank list keeps every rank";
+      ++unsorted;
+    }
+    if (p < n) {
+      ++reduced;
+      if (a.dims.size() < static_cast<size_t>(mesh.ndim())) ++reduced_with_holders;  // a Replicate dim
+    }
+    priced += p;
+    ranks += n;
+    ++checked;
+  }
+  EXPECT_EQ(checked, 700);
+  // Hand-picked cases where the busiest rank is not the first of its class along a passive dim.
+  // 1. S(0)^3 -> S(0),R,S(0) of length 58 on 4x2x6, mesh dims 0 and 1 slow: mesh dim 0 keeps its
+  //    chunks (15, 15, 15, 13) in both layouts; inside a chunk the source splits by 2 then 6 and
+  //    the target by 6, and only the chunk of 13 gives the busiest rank (at coordinate 3 on dim 0).
+  // 2. A Replicate source dim (0) of 2 with a dim of stride 1 (2) that keeps its chunks: each
+  //    destination takes its block from the holder at its index modulo 2, so neighbours along dim
+  //    2 read across the slow dim 0 or not, and dim 2 cannot be folded.
+  {
+    auto busiest = [](const Layout& from, const Layout& to, const Topology& topo, auto&& keep) {
+      std::vector<double> ref_in, ref_out;
+      ReferenceRankTimes(from, to, 4, topo, &ref_in, &ref_out);
+      double m = 0;
+      for (size_t r = 0; r < ref_in.size(); ++r) {
+        if (keep(CoordOf(from.mesh(), static_cast<int64_t>(r)))) m = std::max({m, ref_in[r], ref_out[r]});
+      }
+      return m;
+    };
+    auto all = [](const std::vector<int64_t>&) { return true; };
+    Topology slow01;
+    slow01.intra_dims = std::vector<int>{2};
+    slow01.bw_inter_gbps = 12.5;
+    slow01.lat_inter_us = 7.0;
+    const DeviceMesh m1 = *DeviceMesh::Create({4, 2, 6});
+    const Layout f1 = *Layout::Create({58}, m1, {Shard{0}, Shard{0}, Shard{0}});
+    const Layout t1 = *Layout::Create({58}, m1, {Shard{0}, Replicate{}, Shard{0}});
+    Topology two_speeds;
+    two_speeds.intra_dims = std::vector<int>{1, 2};
+    const DeviceMesh m2 = *DeviceMesh::Create({2, 2, 4});
+    const Layout f2 = *Layout::Create({8, 3}, m2, {Replicate{}, Shard{1}, Shard{0}});
+    const Layout t2 = *Layout::Create({8, 3}, m2, {Shard{1}, Replicate{}, Shard{0}});
+    FlatChains fa, fb;
+    const double ref1 = busiest(f1, t1, slow01, all);
+    EXPECT_EQ(SendRecvStepCost(m1, fa.Of(f1), fb.Of(t1), 4, slow01, false).us, ref1);
+    EXPECT_EQ(SendRecvPricedDestinations(m1, fa.Of(f1), fb.Of(t1)), 24);  // coordinates 0 and 3 on dim 0
+    EXPECT_GT(ref1, busiest(f1, t1, slow01, [](const std::vector<int64_t>& c) { return c[0] == 0; }));
+    const double ref2 = busiest(f2, t2, two_speeds, all);
+    EXPECT_EQ(SendRecvStepCost(m2, fa.Of(f2), fb.Of(t2), 4, two_speeds, false).us, ref2);
+    EXPECT_EQ(SendRecvPricedDestinations(m2, fa.Of(f2), fb.Of(t2)), 16);
+    EXPECT_GT(ref2, busiest(f2, t2, two_speeds, [](const std::vector<int64_t>& c) { return c[2] == 0; }));
+  }
+  // The benchmark's `S(0),S(1),S(2)` -> `S(2),S(1),S(0)` of [3000,2500,100] on 16x16x8: mesh dim 1
+  // keeps tensor dim 1's chunks (15 of 157, then 145), so 16 x 2 x 8 ranks are priced; the time
+  // and bytes are those of the pass over all 2048 ranks.
+  {
+    const DeviceMesh mesh = *DeviceMesh::Create({16, 16, 8});
+    const Layout from = *Layout::Create({3000, 2500, 100}, mesh, {Shard{0}, Shard{1}, Shard{2}});
+    const Layout to = *Layout::Create({3000, 2500, 100}, mesh, {Shard{2}, Shard{1}, Shard{0}});
+    FlatChains fa, fb;
+    const Topology topo;
+    EXPECT_EQ(SendRecvPricedDestinations(mesh, fa.Of(from), fb.Of(to)), 256);
+    const StepCost c = SendRecvStepCost(mesh, fa.Of(from), fb.Of(to), 4, topo, false);
+    StatusOr<StepModel> full = ModelStep(*SendRecvStep(from, to), DType::kF32, topo);
+    ASSERT_TRUE(full.ok()) << full.status();
+    EXPECT_EQ(c.us, full->us);
+    EXPECT_EQ(c.max_bytes_per_rank, *std::max_element(full->bytes_per_rank.begin(), full->bytes_per_rank.end()));
+  }
+  EXPECT_GT(reduced, 120);
+  EXPECT_GT(reduced_with_holders, 50);
+  EXPECT_GT(unsorted, 100);
+  EXPECT_LT(priced, ranks * 9 / 10);
+  std::printf("translation classes: %d of %d steps priced fewer ranks (%d with Replicate sources), %lld of %lld "
+              "ranks priced\n",
+              reduced, checked, reduced_with_holders, static_cast<long long>(priced), static_cast<long long>(ranks));
+}
+
 // SendRecvFirstRankBoundUs: never above the first rank's exact incoming time, and within 1e-9
 // relative of it (the closed-form count differs only by rounding), on random layouts of small
 // meshes, of meshes with hundreds to thousands of ranks (an all-to-all's first rank has a source
