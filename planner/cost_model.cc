@@ -205,19 +205,40 @@ void ForEachGridPoint(const ShardChains& from, const ShardChains& to, CellScratc
   s.ptr.resize(static_cast<size_t>(tr));
   s.ptr_step.resize(static_cast<size_t>(tr));
   for (int t = 0; t < tr; ++t) s.ptr_step[t] = 3 * s.stride[static_cast<size_t>(t) * nd + last];
+  // Up to four tensor dims, the inner run keeps its pointers in locals (f's stores cannot alias
+  // them, so they stay in registers); missing dims read a factor of 1 and do not step.
+  static constexpr int64_t kOnes[3] = {1, 1, 1};
   while (true) {
-    for (int t = 0; t < tr; ++t) s.ptr[t] = s.table[t].data() + 3 * s.off[t];
-    for (size_t j = 0; j < run; ++j) {
-      s.idx[last] = j;
-      int64_t fe = 1, te = 1, held = 1;
-      for (int t = 0; t < tr; ++t) {
-        const int64_t* x = s.ptr[t];
-        fe *= x[0];
-        te *= x[1];
-        held *= x[2];
-        s.ptr[t] = x + s.ptr_step[t];
+    if (tr <= 4) {
+      auto start = [&](int t) { return t < tr ? s.table[t].data() + 3 * s.off[t] : kOnes; };
+      auto step = [&](int t) { return t < tr ? s.ptr_step[t] : int64_t{0}; };
+      const int64_t *p0 = start(0), *p1 = start(1), *p2 = start(2), *p3 = start(3);
+      const int64_t s0 = step(0), s1 = step(1), s2 = step(2), s3 = step(3);
+      for (size_t j = 0; j < run; ++j) {
+        s.idx[last] = j;
+        const int64_t fe = p0[0] * p1[0] * p2[0] * p3[0];
+        const int64_t te = p0[1] * p1[1] * p2[1] * p3[1];
+        const int64_t held = p0[2] * p1[2] * p2[2] * p3[2];
+        p0 += s0;
+        p1 += s1;
+        p2 += s2;
+        p3 += s3;
+        f(fe, te, held);
       }
-      f(fe, te, held);
+    } else {
+      for (int t = 0; t < tr; ++t) s.ptr[t] = s.table[t].data() + 3 * s.off[t];
+      for (size_t j = 0; j < run; ++j) {
+        s.idx[last] = j;
+        int64_t fe = 1, te = 1, held = 1;
+        for (int t = 0; t < tr; ++t) {
+          const int64_t* x = s.ptr[t];
+          fe *= x[0];
+          te *= x[1];
+          held *= x[2];
+          s.ptr[t] = x + s.ptr_step[t];
+        }
+        f(fe, te, held);
+      }
     }
     s.idx[last] = 0;
     int m = last - 1;
@@ -1499,25 +1520,25 @@ Status FillPlanCostsImpl(Plan& plan, const Topology& topo, bool keep_send_recv_u
   // step goes from the plan's source to its target (-1: not known yet); the lower bound below.
   int64_t direct_max = -1;
   for (PlanStep& step : plan.steps) {
-    StepModel m;
     if (keep_send_recv_us && step.kind == StepKind::kSendRecv) {
       // The search priced it with ModelStepCost (ModelStep's us); every rank receives the
-      // elements of its target box not in its source box (planner/direct.h).
-      m.us = step.modelled_us;
-      m.bytes_per_rank.assign(n, 0);
+      // elements of its target box not in its source box (planner/direct.h), added straight into
+      // the plan's per-rank bytes.
       FlatChains fa, fb;
       CellScratch& s = PerThread<CellScratch>();
       AllCoordinates(mesh, s);
-      size_t i = 0;
+      int64_t* received = plan.bytes_received_per_rank.data();
       int64_t most = 0;
       ForEachGridPoint(fa.Of(step.from), fb.Of(step.to), s, [&](int64_t, int64_t te, int64_t held) {
-        m.bytes_per_rank[i++] = (te - held) * esize;
+        *received++ += (te - held) * esize;
         most = std::max(most, te - held);
       });
       if (step.from == plan.from && step.to == plan.to) direct_max = most;
-    } else {
-      MF_ASSIGN_OR_RETURN(m, ModelStep(step, plan.dtype, topo));
+      step.bytes_per_rank = most * esize;
+      plan.modelled_us += step.modelled_us;
+      continue;
     }
+    MF_ASSIGN_OR_RETURN(const StepModel m, ModelStep(step, plan.dtype, topo));
     step.modelled_us = m.us;
     step.bytes_per_rank = 0;
     for (size_t i = 0; i < n; ++i) {
