@@ -444,8 +444,8 @@ StatusOr<Plan> PlanRedistribution(const Layout& from, const Layout& to, DType dt
     // order and priced with CollectiveStepCost (ModelStepCost's doubles); only the chosen path
     // is rebuilt as PlanSteps. A relaxation carries a stamp (expansion index of its parent, edge
     // index): relaxations happen in stamp order, except the send_recv edges, which are deferred:
-    // pricing one needs a pass over every destination rank, and most are never on a competitive
-    // path. At expansion, a send_recv edge only reserves its target's state id (ids, and so the
+    // pricing one needs a pass over the destination ranks (every rank, or one per translation
+    // class: SendRecvPricedDestinations), and most are never on a competitive path. At expansion, a send_recv edge only reserves its target's state id (ids, and so the
     // queue's tie order, are what eager relaxation would give) and queues a placeholder keyed by
     // a lower bound of its path cost (the incoming time of the first rank, counted by link in
     // closed form less a rounding slack: SendRecvFirstRankBoundUs), ordered before real entries
