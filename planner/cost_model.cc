@@ -428,11 +428,14 @@ struct SendRecvScratch {
 // the interval they split (the cells of LengthCells: torch.chunk gives full chunks, one remainder,
 // then empty ones), and keeps their order when mesh index order is world rank order (the ranks
 // ascend with the index) and the Replicate holder each destination picks (its index modulo the
-// holder count) does not move (m's stride is a multiple of that count). So every per-rank term, as
-// the same double summed in the same order, is that of the rank with the cell's first coordinate
-// on m, and the max over ranks is the max over the sub-grid of such coordinates.
+// holder count) does not move: the move is a multiple of the period count / gcd(m's stride,
+// count) (1 when the stride is a multiple of the count, i.e. the Replicate dims are inner to m).
+// So every per-rank term, as the same double summed in the same order, is that of the rank with
+// one of the cell's first `period` coordinates on m, and the max over ranks is the max over the
+// sub-grid of such coordinates.
 //
-// Fills s.visit (per mesh dim: the cell starts of passive dims, every coordinate of the others)
+// Fills s.visit (per mesh dim: the first `period` coordinates of each cell on passive dims, every
+// coordinate of the others)
 // and returns the sub-grid's size, or 0 when no dim is passive (then the full pass is no larger).
 int64_t TranslationClasses(const DeviceMesh& mesh, const ShardChains& from, const ShardChains& to, int64_t h_count,
                            SendRecvScratch& s) {
@@ -457,7 +460,9 @@ int64_t TranslationClasses(const DeviceMesh& mesh, const ShardChains& from, cons
         }
       }
     }
-    bool passive = k > 1 && t >= 0 && mesh.strides()[static_cast<size_t>(m)] % h_count == 0;
+    // Moving by `period` coordinates moves the mesh index by a multiple of the holder count.
+    const int64_t period = h_count / std::gcd(mesh.strides()[static_cast<size_t>(m)], h_count);
+    bool passive = k > 1 && t >= 0 && period < k;
     if (passive) {
       const std::span<const int> a = from.chain(t), b = to.chain(t);
       passive = b.size() > level && std::equal(a.begin(), a.begin() + static_cast<std::ptrdiff_t>(level) + 1, b.begin());
@@ -474,6 +479,16 @@ int64_t TranslationClasses(const DeviceMesh& mesh, const ShardChains& from, cons
       SplitLengths(s.lens, k, s.next, v);
       std::sort(v.begin(), v.end());
       v.erase(std::unique(v.begin(), v.end()), v.end());
+      if (period > 1) {
+        // The first `period` coordinates of each cell: x is equivalent to the one congruent to it
+        // modulo the period (same cell, same holder).
+        s.next.clear();
+        for (size_t c = 0; c < v.size(); ++c) {
+          const int64_t end = c + 1 < v.size() ? v[c + 1] : k;
+          for (int64_t x = v[c]; x < std::min(end, v[c] + period); ++x) s.next.push_back(x);
+        }
+        v.swap(s.next);
+      }
       reduced = reduced || static_cast<int64_t>(v.size()) < k;
     } else {
       v.resize(static_cast<size_t>(k));

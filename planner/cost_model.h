@@ -211,13 +211,14 @@ std::optional<StepCost> SendRecvStepCostWithin(const DeviceMesh& mesh, const Sha
 
 // How many destinations SendRecvStepCost (all ranks) and SendRecvStepCostWithin price: one rank
 // per translation class of the step's per-rank terms, at most mesh.size(). A mesh dim that sits at
-// the same level of the same tensor dim's chain in both layouts, under the same outer levels, moves
-// a rank and all its partners together; its coordinates whose chunks have equal lengths (torch.chunk
-// cells: full, remainder, empty) give every rank the same terms, the same doubles summed in the
-// same order, when mesh index order is world rank order and the Replicate holder choice does not
-// move. The search's exact pricing of `S(0),S(1),S(2)` -> `S(2),S(1),S(0)` of [3000,2500,100] on
-// 16x16x8 prices 256 of the 2048 ranks (mesh dim 1 keeps tensor dim 1's chunks: 15 of 157, one of
-// 145).
+// the same level of the same tensor dim's chain in both layouts, under the same outer levels,
+// moves a rank and all its partners together; its coordinates whose chunks have equal lengths
+// (torch.chunk cells: full, remainder, empty) give every rank the same terms, the same doubles
+// summed in the same order, when mesh index order is world rank order and the Replicate holder
+// choice does not move (coordinates congruent modulo holder count / gcd(the dim's stride, holder
+// count)). The search's exact pricing of `S(0),S(1),S(2)` -> `S(2),S(1),S(0)` of [3000,2500,100]
+// on 16x16x8 prices 256 of the 2048 ranks (mesh dim 1 keeps tensor dim 1's chunks: 15 of 157,
+// one of 145).
 int64_t SendRecvPricedDestinations(const DeviceMesh& mesh, const ShardChains& from, const ShardChains& to);
 
 // The per-rank terms of SendRecvStepCost's time (the max over ranks of max(incoming, outgoing)),
