@@ -98,8 +98,9 @@ T& PerThread() {
 // which every shard chain of `a` and `b` gives the same interval length at every level, whatever
 // the (reachable) length of the interval being split. torch.chunk of a length L > 0 into k parts
 // (chunk = ceil(L/k), q = L / chunk): parts 0..q-1 are full, part q holds L - q*chunk (if q < k),
-// parts q+1.. are empty; so the cuts are q and q+1 for every reachable L at that level.
-void LengthCells(const ShardChains& a, const ShardChains& b, CellScratch& s) {
+// parts q+1.. are empty; so the cuts are q and q+1 for every reachable L at that level. Only the
+// tensor dims t with use[t] enter; the mesh dims of the others keep the single cell {0}.
+void LengthCells(const ShardChains& a, const ShardChains& b, const std::vector<bool>& use, CellScratch& s) {
   const size_t nd = a.mesh_shape.size();
   if (s.cuts.size() < nd) s.cuts.resize(nd);
   for (size_t m = 0; m < nd; ++m) s.cuts[m].assign(1, 0);
@@ -107,6 +108,7 @@ void LengthCells(const ShardChains& a, const ShardChains& b, CellScratch& s) {
   std::vector<int64_t>& next = s.next;
   for (const ShardChains* l : {&a, &b}) {
     for (int t = 0; t < l->tensor_rank(); ++t) {
+      if (!use[t]) continue;
       lens.assign(1, l->shape[t]);
       for (int m : l->chain(t)) {
         SplitLengths(lens, l->mesh_shape[m], next, s.cuts[m]);
@@ -295,13 +297,10 @@ int64_t MaxElementsNotHeld(const ShardChains& from, const ShardChains& to) {
     any = true;
   }
   if (same == 0 || !any) return 0;  // no element to receive anywhere
-  LengthCells(from, to, s);
+  // The equal-chain tensor dims' mesh dims keep one cell (coordinate 0): no other chain holds them.
+  LengthCells(from, to, diff, s);
   std::vector<std::vector<int64_t>>& cells = s.cuts;
   const size_t nd = from.mesh_shape.size();
-  for (int t = 0; t < tr; ++t) {
-    if (diff[t]) continue;
-    for (int m : from.chain(t)) cells[m].assign(1, 0);
-  }
   s.idx.assign(nd, 0);
   s.coord.assign(nd, 0);
   int64_t best = 0;
