@@ -502,6 +502,14 @@ StatusOr<Plan> PlanRedistribution(const Layout& from, const Layout& to, DType dt
     std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> queue;
     queue.push({dist[0], 0});
     int found = -1;
+    // The target's state id once an edge has reached it (-1 before). An edge whose path time
+    // exceeds the target's best so far cannot lead to a state popped before the target: it is not
+    // relaxed (nor its byte count computed, nor a send_recv placeholder queued), which changes no
+    // popped state, parent or pop order.
+    int target_id = -1;
+    auto beyond_target = [&](int64_t time_units) {
+      return target_id >= 0 && time_units > std::get<0>(dist[static_cast<size_t>(target_id)]);
+    };
     bool stopped = false;  // the budget ran out before the target was expanded
     int64_t expansions = 0;
     int64_t edges = 0;  // edges generated (and priced or queued): the budget's unit
@@ -594,6 +602,7 @@ StatusOr<Plan> PlanRedistribution(const Layout& from, const Layout& to, DType dt
         const Stamp st{expansion, e++};
         ++edges;
         const int nid = sp.FindOrInsert(cand.data(), &inserted);
+        if (inserted && sp.SameKey(cand.data(), target_st.data())) target_id = nid;
         if (inserted) {
           dist.push_back(kUnreached);
           stamp.push_back(st);
@@ -607,6 +616,7 @@ StatusOr<Plan> PlanRedistribution(const Layout& from, const Layout& to, DType dt
           const double lb = SendRecvFirstRankBoundUs(from.mesh(), cur_chains, direct_chains, esize, topo);
           const PathCost key_lb{SatAdd(std::get<0>(cost), CostUnits(lb)), std::get<1>(cost), std::get<2>(cost) + 1};
           if (!(key_lb < dist[nid])) return Status();  // the true cost is no lower: never relaxed
+          if (beyond_target(std::get<0>(key_lb))) return Status();
           deferred.push_back(Deferred{id, cost, st, nid});
           queue.push({key_lb, -static_cast<int>(deferred.size())});
           return Status();
@@ -617,7 +627,8 @@ StatusOr<Plan> PlanRedistribution(const Layout& from, const Layout& to, DType dt
           extents = StepExtents{max_local_of(id, cur_chains), max_local_of(nid, cand_chains)};
           // The time alone decides unless it ties: skip the byte count of a losing edge.
           const StepCost time = CollectiveStepCost(kind, dims, cur_chains, cand_chains, extents, esize, topo, true);
-          if (SatAdd(std::get<0>(cost), CostUnits(time.us)) > std::get<0>(dist[nid])) return Status();
+          const int64_t time_units = SatAdd(std::get<0>(cost), CostUnits(time.us));
+          if (time_units > std::get<0>(dist[nid]) || beyond_target(time_units)) return Status();
         }
         const StepCost sc = CollectiveStepCost(kind, dims, cur_chains, cand_chains, extents, esize, topo);
         relax(nid, Extend(cost, sc.us, sc.max_bytes_per_rank), st, id, Via{kind, 0, 0, t, t2, sc.us, sc.max_bytes_per_rank},
