@@ -411,7 +411,7 @@ struct SendRecvScratch {
   std::vector<SendRecvIn> mine;
   std::vector<size_t> idx;
   std::vector<std::vector<int64_t>> visit;  // TranslationClasses: per mesh dim, the coordinates priced
-  std::vector<size_t> visit_pos;            // the sub-grid odometer's position per mesh dim
+  std::vector<size_t> visit_pos;            // the grid odometer's position per mesh dim
   std::vector<int64_t> lens, next;          // TranslationClasses' reachable interval lengths
 };
 
@@ -498,6 +498,15 @@ int64_t TranslationClasses(const DeviceMesh& mesh, const ShardChains& from, cons
   return reduced ? total : 0;
 }
 
+// s.visit = every coordinate of every mesh dim (the grid of every rank).
+void VisitEveryRank(const DeviceMesh& mesh, SendRecvScratch& s) {
+  if (s.visit.size() < static_cast<size_t>(mesh.ndim())) s.visit.resize(static_cast<size_t>(mesh.ndim()));
+  for (int m = 0; m < mesh.ndim(); ++m) {
+    s.visit[m].resize(static_cast<size_t>(mesh.dim_size(m)));
+    std::iota(s.visit[m].begin(), s.visit[m].end(), int64_t{0});
+  }
+}
+
 // ModelStep's send_recv time and busiest rank's bytes, from the same transfers summed in the same
 // order (see ModelStepCost), without the (destination, block) pass of DirectTransfers.
 // With a non-empty `only_dst` (mesh indices, each at most once), only those destinations are
@@ -557,10 +566,14 @@ StepCost SendRecvCostChains(const DeviceMesh& mesh, const ShardChains& from, con
     memo_link.resize(size_t{1} << nb);  // the same
   }
   const bool some = !only_dst.empty();  // only the destinations in only_dst, not every one
-  // Without a byte vector to fill, the full pass prices one rank per translation class
-  // (TranslationClasses): the sub-grid of s.visit, in mesh index order.
-  const int64_t sub = some || bytes_per_rank != nullptr ? 0 : TranslationClasses(mesh, from, to, h_count, sc);
-  const int64_t count = some ? static_cast<int64_t>(only_dst.size()) : sub > 0 ? sub : n;
+  // Otherwise the destinations are the points of the grid sc.visit in mesh index order: every
+  // rank, or, without a byte vector to fill, one rank per translation class (TranslationClasses).
+  int64_t count = static_cast<int64_t>(only_dst.size());
+  if (!some) {
+    const int64_t sub = bytes_per_rank != nullptr ? 0 : TranslationClasses(mesh, from, to, h_count, sc);
+    if (sub == 0) VisitEveryRank(mesh, sc);
+    count = sub > 0 ? sub : n;
+  }
   std::vector<double>& in_us = sc.in_us;  // per destination priced (the k-th)
   std::vector<double>& out_us = sc.out_us;
   in_us.assign(static_cast<size_t>(count), 0.0);
@@ -640,32 +653,10 @@ StepCost SendRecvCostChains(const DeviceMesh& mesh, const ShardChains& from, con
   }
   std::vector<size_t>& visit_pos = sc.visit_pos;
   visit_pos.assign(static_cast<size_t>(nd), 0);
-  int64_t sub_index = 0;  // the sub-grid point's mesh index (its first point is the origin)
+  int64_t grid_index = 0;  // the grid point's mesh index (its first point is the origin)
   for (int64_t k = 0; k < count; ++k) {
-    if (sub > 0 && k > 0) {  // the sub-grid's next point in row-major order
-      int first_changed = nd - 1;
-      for (int d = nd - 1; d >= 0; --d) {
-        first_changed = d;
-        const std::vector<int64_t>& v = sc.visit[d];
-        sub_index -= c[d] * stride[d];
-        if (++visit_pos[d] < v.size()) {
-          c[d] = v[visit_pos[d]];
-          sub_index += c[d] * stride[d];
-          break;
-        }
-        visit_pos[d] = 0;
-        c[d] = v[0];
-        sub_index += c[d] * stride[d];
-      }
-      for (int t = 0; t < tr; ++t) {
-        if (last_dim[t] >= first_changed) mask_ok[t] = 0;
-      }
-    }
-    // The destination's mesh index.
-    const int64_t i = some ? only_dst[static_cast<size_t>(k)] : sub > 0 ? sub_index : k;
-    if (sub > 0) {
-      // c and the masks are set above.
-    } else if (some) {  // its coordinates (all 0 before the first), and every tensor dim's masks to compute
+    if (some) {  // its coordinates (all 0 before the first), and every tensor dim's masks to compute
+      const int64_t i = only_dst[static_cast<size_t>(k)];
       if (i != 0 || k > 0) {
         int64_t rem = i;
         for (int d = nd - 1; d >= 0; --d) {
@@ -674,17 +665,23 @@ StepCost SendRecvCostChains(const DeviceMesh& mesh, const ShardChains& from, con
         }
       }
       if (k > 0) std::fill(mask_ok.begin(), mask_ok.end(), 0);
-    } else if (i > 0) {  // the next row-major coordinate: mesh dims first_changed.. change
+    } else if (k > 0) {  // the grid's next point in row-major order: mesh dims first_changed.. change
       int first_changed = nd - 1;
       for (int d = nd - 1; d >= 0; --d) {
         first_changed = d;
-        if (++c[d] < mesh.dim_size(d)) break;
-        c[d] = 0;
+        const std::vector<int64_t>& v = sc.visit[d];
+        grid_index -= c[d] * stride[d];
+        const bool carry = ++visit_pos[d] == v.size();
+        if (carry) visit_pos[d] = 0;
+        c[d] = v[visit_pos[d]];
+        grid_index += c[d] * stride[d];
+        if (!carry) break;
       }
       for (int t = 0; t < tr; ++t) {
         if (last_dim[t] >= first_changed) mask_ok[t] = 0;
       }
     }
+    const int64_t i = some ? only_dst[static_cast<size_t>(k)] : grid_index;  // the destination's mesh index
     bool any = true;
     for (int t = 0; t < tr && any; ++t) {
       const std::span<const int> chain = from.chain(t);

@@ -338,16 +338,6 @@ class StateSpace {
     return id;
   }
 
-  // -1 when `st` is not a state yet.
-  int Find(const int* st) const {
-    size_t slot = Hash(st) & (table_.size() - 1);
-    while (table_[slot] >= 0) {
-      if (SameKey(state(table_[slot]), st)) return table_[slot];
-      slot = (slot + 1) & (table_.size() - 1);
-    }
-    return -1;
-  }
-
  private:
   uint64_t Hash(const int* st) const {
     uint64_t h = 0x9e3779b97f4a7c15ull;
@@ -445,7 +435,8 @@ StatusOr<Plan> PlanRedistribution(const Layout& from, const Layout& to, DType dt
     // is rebuilt as PlanSteps. A relaxation carries a stamp (expansion index of its parent, edge
     // index): relaxations happen in stamp order, except the send_recv edges, which are deferred:
     // pricing one needs a pass over the destination ranks (every rank, or one per translation
-    // class: SendRecvPricedDestinations), and most are never on a competitive path. At expansion, a send_recv edge only reserves its target's state id (ids, and so the
+    // class: SendRecvPricedDestinations), and most are never on a competitive path. At
+    // expansion, a send_recv edge only reserves its target's state id (ids, and so the
     // queue's tie order, are what eager relaxation would give) and queues a placeholder keyed by
     // a lower bound of its path cost (the incoming time of the first rank, counted by link in
     // closed form less a rounding slack: SendRecvFirstRankBoundUs), ordered before real entries
@@ -761,7 +752,7 @@ StatusOr<Plan> PlanRedistribution(const Layout& from, const Layout& to, DType dt
       plan.proven_optimal = false;
       std::optional<std::vector<PlanStep>> best;
       PathCost best_cost = kUnreached;
-      if (const int tid = sp.Find(target_st.data()); tid >= 0) {
+      if (const int tid = target_id; tid >= 0) {
         for (Deferred& d : deferred) {
           if (d.target_id == tid && !d.priced) MF_RETURN_IF_ERROR(price_deferred(d));
         }
