@@ -183,9 +183,12 @@ class GroupState {
     posts_[static_cast<size_t>(rank)] = std::move(post);
     arrived_[static_cast<size_t>(rank)] = true;
     if (ArriveLocked()) return Status();
-    const uint64_t gen = generation_;
-    cv_.wait_until(lock, deadline, [&] { return generation_ != gen || !broken_.ok(); });
-    if (generation_ != gen) return Status();  // completed (even if broken afterwards)
+    const uint64_t gen = generation_.load(std::memory_order_relaxed);
+    lock.unlock();
+    if (AwaitGeneration(gen)) return Status();
+    lock.lock();
+    cv_.wait_until(lock, deadline, [&] { return Passed(gen) || !broken_.ok(); });
+    if (Passed(gen)) return Status();  // completed (even if broken afterwards)
     if (!broken_.ok()) return WaiterBrokenError(what);
     std::vector<int> missing, missing_world;
     for (int r = 0; r < n_; ++r) {
@@ -206,8 +209,11 @@ class GroupState {
   void Sync() {
     std::unique_lock<std::mutex> lock(mu_);
     if (ArriveLocked()) return;
-    const uint64_t gen = generation_;
-    cv_.wait(lock, [&] { return generation_ != gen; });
+    const uint64_t gen = generation_.load(std::memory_order_relaxed);
+    lock.unlock();
+    if (AwaitGeneration(gen)) return;
+    lock.lock();
+    cv_.wait(lock, [&] { return Passed(gen); });
   }
 
   const Post& post(int r) const { return posts_[static_cast<size_t>(r)]; }
@@ -229,10 +235,27 @@ class GroupState {
     if (++count_ < n_) return false;
     count_ = 0;
     std::fill(arrived_.begin(), arrived_.end(), false);
-    ++generation_;
+    // Release: a waiter that sees the new generation without the lock (AwaitGeneration) also
+    // sees every post made under the lock before it.
+    generation_.fetch_add(1, std::memory_order_release);
     cv_.notify_all();
     return true;
   }
+  // Whether the barrier of generation `gen` has completed.
+  bool Passed(uint64_t gen) const { return generation_.load(std::memory_order_acquire) != gen; }
+  // Before sleeping on cv_, a waiter gives its core away a bounded number of times while it
+  // watches the generation (no lock held). On an oversubscribed machine the members still to
+  // arrive get the core; when the last one arrives within these yields, the waiter returns without
+  // a futex sleep and wake-up, which is most of a small collective's latency (bench/README.md,
+  // "Barrier wake-ups"). Bounded, so a missing member still ends in the timed wait below.
+  bool AwaitGeneration(uint64_t gen) const {
+    for (int i = 0; i < kYieldsBeforeSleep; ++i) {
+      if (Passed(gen)) return true;
+      std::this_thread::yield();
+    }
+    return Passed(gen);
+  }
+  static constexpr int kYieldsBeforeSleep = 32;
   void BreakLocked(const Status& why) {
     if (broken_.ok()) broken_ = why;
     cv_.notify_all();
@@ -279,7 +302,7 @@ class GroupState {
   std::vector<Post> posts_;
   std::vector<bool> arrived_;
   int count_ = 0;
-  uint64_t generation_ = 0;
+  std::atomic<uint64_t> generation_{0};  // written under mu_; read without it in AwaitGeneration
   Status broken_;
   std::vector<std::deque<Message*>> mailbox_;
 };
