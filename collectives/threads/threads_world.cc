@@ -255,6 +255,17 @@ class GroupState {
     }
     return Passed(gen);
   }
+  // cv_.wait_until(lock, deadline, pred) after the same bounded yields, each with mu_ released and
+  // pred checked again under it (SendRecv's waits, whose conditions are mailbox states).
+  template <typename Pred>
+  bool WaitUntil(std::unique_lock<std::mutex>& lock, Clock::time_point deadline, Pred pred) {
+    for (int i = 0; i < kYieldsBeforeSleep && !pred(); ++i) {
+      lock.unlock();
+      std::this_thread::yield();
+      lock.lock();
+    }
+    return cv_.wait_until(lock, deadline, pred);
+  }
   static constexpr int kYieldsBeforeSleep = 32;
   void BreakLocked(const Status& why) {
     if (broken_.ok()) broken_ = why;
@@ -345,7 +356,7 @@ Status GroupState::SendRecv(int me, std::span<const SendSpec> sends, std::span<c
     const RecvSpec& r = recvs[i];
     if (r.peer == me) continue;
     std::deque<Message*>& box = MailboxOf(r.peer, me);
-    const bool ready = cv_.wait_until(lock, deadline, [&] { return !box.empty() || !broken_.ok(); });
+    const bool ready = WaitUntil(lock, deadline, [&] { return !box.empty() || !broken_.ok(); });
     if (!broken_.ok()) {
       result = WaiterBrokenError(what);
       break;
@@ -384,7 +395,7 @@ Status GroupState::SendRecv(int me, std::span<const SendSpec> sends, std::span<c
         return m.state == Message::State::kDone || m.state == Message::State::kFailed;
       });
     };
-    cv_.wait_until(lock, deadline, [&] { return all_done() || !broken_.ok(); });
+    WaitUntil(lock, deadline, [&] { return all_done() || !broken_.ok(); });
     for (const Message& m : msgs) {
       if (m.state == Message::State::kFailed && result.ok()) result = m.error;
     }
