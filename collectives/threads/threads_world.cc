@@ -185,7 +185,7 @@ class GroupState {
     if (ArriveLocked()) return Status();
     const uint64_t gen = generation_.load(std::memory_order_relaxed);
     lock.unlock();
-    if (AwaitGeneration(gen)) return Status();
+    if (AwaitGeneration(gen, kArriveYields)) return Status();
     lock.lock();
     cv_.wait_until(lock, deadline, [&] { return Passed(gen) || !broken_.ok(); });
     if (Passed(gen)) return Status();  // completed (even if broken afterwards)
@@ -211,7 +211,7 @@ class GroupState {
     if (ArriveLocked()) return;
     const uint64_t gen = generation_.load(std::memory_order_relaxed);
     lock.unlock();
-    if (AwaitGeneration(gen)) return;
+    if (AwaitGeneration(gen, kYieldsBeforeSleep)) return;
     lock.lock();
     cv_.wait(lock, [&] { return Passed(gen); });
   }
@@ -243,30 +243,37 @@ class GroupState {
   }
   // Whether the barrier of generation `gen` has completed.
   bool Passed(uint64_t gen) const { return generation_.load(std::memory_order_acquire) != gen; }
-  // Before sleeping on cv_, a waiter gives its core away a bounded number of times while it
-  // watches the generation (no lock held). On an oversubscribed machine the members still to
-  // arrive get the core; when the last one arrives within these yields, the waiter returns without
-  // a futex sleep and wake-up, which is most of a small collective's latency (bench/README.md,
-  // "Barrier wake-ups"). Bounded, so a missing member still ends in the timed wait below.
-  bool AwaitGeneration(uint64_t gen) const {
-    for (int i = 0; i < kYieldsBeforeSleep; ++i) {
+  // Before sleeping on cv_, a waiter gives its core away up to `yields` times while it watches
+  // the generation (no lock held). On an oversubscribed machine the members still to arrive get
+  // the core; when the last one arrives within these yields, the waiter returns without a futex
+  // sleep and wake-up, which is most of a small collective's latency (bench/README.md, "Barrier
+  // wake-ups"). Bounded, so a missing member still ends in the timed wait.
+  bool AwaitGeneration(uint64_t gen, int yields) const {
+    for (int i = 0; i < yields; ++i) {
       if (Passed(gen)) return true;
       std::this_thread::yield();
     }
     return Passed(gen);
   }
-  // cv_.wait_until(lock, deadline, pred) after the same bounded yields, each with mu_ released and
+  // cv_.wait_until(lock, deadline, pred) after up to `yields` yields, each with mu_ released and
   // pred checked again under it (SendRecv's waits, whose conditions are mailbox states).
   template <typename Pred>
-  bool WaitUntil(std::unique_lock<std::mutex>& lock, Clock::time_point deadline, Pred pred) {
-    for (int i = 0; i < kYieldsBeforeSleep && !pred(); ++i) {
+  bool WaitUntil(std::unique_lock<std::mutex>& lock, Clock::time_point deadline, int yields, Pred pred) {
+    for (int i = 0; i < yields && !pred(); ++i) {
       lock.unlock();
       std::this_thread::yield();
       lock.lock();
     }
     return cv_.wait_until(lock, deadline, pred);
   }
+  // At the completion barrier (Sync) every member is already inside the same call, so the wait is
+  // bounded by its copies: up to 32 yields. At the entry barrier (Arrive), and in SendRecv (whose
+  // peer may not have called it yet), the members still to come may be busy outside the library
+  // (a rank 0 reading a file, a slower rank's compute), and every yield then costs them CPU: 32
+  // yields there made a checkpoint load on 4 ranks and 2 cores 6-9% slower, 4 yields did not,
+  // and still catch the peers of a tight loop of collectives that are about to arrive.
   static constexpr int kYieldsBeforeSleep = 32;
+  static constexpr int kArriveYields = 4;
   void BreakLocked(const Status& why) {
     if (broken_.ok()) broken_ = why;
     cv_.notify_all();
@@ -356,7 +363,7 @@ Status GroupState::SendRecv(int me, std::span<const SendSpec> sends, std::span<c
     const RecvSpec& r = recvs[i];
     if (r.peer == me) continue;
     std::deque<Message*>& box = MailboxOf(r.peer, me);
-    const bool ready = WaitUntil(lock, deadline, [&] { return !box.empty() || !broken_.ok(); });
+    const bool ready = WaitUntil(lock, deadline, kArriveYields, [&] { return !box.empty() || !broken_.ok(); });
     if (!broken_.ok()) {
       result = WaiterBrokenError(what);
       break;
@@ -395,7 +402,7 @@ Status GroupState::SendRecv(int me, std::span<const SendSpec> sends, std::span<c
         return m.state == Message::State::kDone || m.state == Message::State::kFailed;
       });
     };
-    WaitUntil(lock, deadline, [&] { return all_done() || !broken_.ok(); });
+    WaitUntil(lock, deadline, kArriveYields, [&] { return all_done() || !broken_.ok(); });
     for (const Message& m : msgs) {
       if (m.state == Message::State::kFailed && result.ok()) result = m.error;
     }
