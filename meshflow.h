@@ -22,9 +22,9 @@
 //     const meshflow::Tensor global = meshflow::Tensor::Iota(meshflow::DType::kF32, {5, 6});
 //     MF_ASSIGN_OR_RETURN(std::unique_ptr<meshflow::ThreadWorld> world, meshflow::ThreadWorld::Create(4));
 //     return world->Run([&](meshflow::Communicator& comm) -> meshflow::Status {
-//       MF_ASSIGN_OR_RETURN(meshflow::MeshComms comms, meshflow::MeshComms::Create(comm, mesh));
+//       MF_ASSIGN_OR_RETURN(meshflow::RankContext ctx, meshflow::RankContext::Create(comm, mesh));
 //       MF_ASSIGN_OR_RETURN(meshflow::DTensor x, meshflow::Distribute(global, layout, comm.world_rank()));
-//       MF_ASSIGN_OR_RETURN(meshflow::Tensor full, meshflow::FullTensor(x, comms));  // == global
+//       MF_ASSIGN_OR_RETURN(meshflow::Tensor full, meshflow::FullTensor(x, ctx));  // == global
 //       return meshflow::Status::Ok();
 //     });
 //   }
@@ -48,18 +48,18 @@
 #include "meshflow/planner/plan.h"
 #include "meshflow/planner/plan_format.h"
 #include "meshflow/planner/planner.h"
-// Communicator, MeshComms, ExecutePlan, Redistribute / FullTensor, the in-process world.
+// Communicator, RankContext, ExecutePlan, Redistribute / FullTensor, the in-process world.
 #include "meshflow/collectives/communicator.h"
-#include "meshflow/collectives/dtensor_api.h"
-#include "meshflow/collectives/executor.h"
-#include "meshflow/collectives/mesh_comms.h"
+#include "meshflow/runtime/redistribute.h"
+#include "meshflow/runtime/executor.h"
+#include "meshflow/runtime/rank_context.h"
 #include "meshflow/collectives/threads/threads_world.h"
 // Eager sharded ops; the graph compiler (graph IR, propagation, compiled programs).
-#include "meshflow/ops/eager.h"
-#include "meshflow/ops/graph.h"
-#include "meshflow/ops/graph_autodiff.h"
-#include "meshflow/ops/program.h"
-#include "meshflow/ops/propagation.h"
+#include "meshflow/runtime/eager.h"
+#include "meshflow/compiler/graph.h"
+#include "meshflow/compiler/graph_autodiff.h"
+#include "meshflow/compiler/program.h"
+#include "meshflow/compiler/propagation.h"
 // Reverse-mode autodiff over sharded DTensors.
 #include "meshflow/autograd/functions.h"
 #include "meshflow/autograd/variable.h"
@@ -71,12 +71,14 @@
 // Distributed checkpoints with resharding on load.
 #include "meshflow/checkpoint/checkpoint.h"
 // Modules with named parameters, parallel styles (Parallelize) and DistributeFrom, in
-// namespace meshflow::nn (also brings in the optimizers of train/optimizer.h).
+// namespace meshflow::nn (also brings in the optimizers of optim/optimizer.h).
 #include "meshflow/nn/distribute.h"
 #include "meshflow/nn/module.h"
 #include "meshflow/nn/parallel.h"
 #include "meshflow/train/checkpointer.h"
-#include "meshflow/train/optimizer.h"
+#include "meshflow/optim/clip.h"
+#include "meshflow/optim/optimizer.h"
+#include "meshflow/optim/schedule.h"
 #include "meshflow/lm/gpt.h"
 #include "meshflow/lm/plan.h"
 

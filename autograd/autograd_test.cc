@@ -12,8 +12,8 @@
 #include "meshflow/autograd/functions.h"
 #include "meshflow/autograd/variable.h"
 #include "meshflow/autograd/vjp.h"
-#include "meshflow/collectives/dtensor_api.h"
-#include "meshflow/collectives/mesh_comms.h"
+#include "meshflow/runtime/redistribute.h"
+#include "meshflow/runtime/rank_context.h"
 #include "meshflow/ops/kernels.h"
 #include "meshflow/ops/test_util.h"
 
@@ -24,10 +24,10 @@ using testing::GlobalFor;
 using testing::IntsFor;
 using testing::WorldOf;
 
-Status OnMesh(const DeviceMesh& mesh, const std::function<Status(MeshComms&, int)>& body) {
+Status OnMesh(const DeviceMesh& mesh, const std::function<Status(RankContext&, int)>& body) {
   return WorldOf(mesh.size()).Run([&](Communicator& comm) -> Status {
-    MF_ASSIGN_OR_RETURN(MeshComms comms, MeshComms::Create(comm, mesh));
-    return body(comms, comm.rank());
+    MF_ASSIGN_OR_RETURN(RankContext ctx, RankContext::Create(comm, mesh));
+    return body(ctx, comm.rank());
   });
 }
 
@@ -126,23 +126,23 @@ TEST(AutogradTest, EveryOpMatchesFiniteDifferences) {
     const Tensor y = *RunKernel(c.op, p);
     const Tensor r = GlobalFor(DType::kF64, y.shape(), 9, 0.3);
     std::vector<Tensor> grads(in.size(), Tensor::Zeros(DType::kF64, {}));
-    const Status st = OnMesh(mesh, [&](MeshComms& comms, int rank) -> Status {
+    const Status st = OnMesh(mesh, [&](RankContext& ctx, int rank) -> Status {
       std::vector<Variable> vars;
       for (size_t i = 0; i < in.size(); ++i) {
         MF_ASSIGN_OR_RETURN(DTensor d, Distribute(in[i], Replicated(in[i].shape(), mesh), rank));
         MF_ASSIGN_OR_RETURN(Variable v, Variable::Leaf(std::move(d), c.operands[i].int_bound == 0));
         vars.push_back(std::move(v));
       }
-      MF_ASSIGN_OR_RETURN(Variable out, Apply(c.op, vars, comms));
+      MF_ASSIGN_OR_RETURN(Variable out, Apply(c.op, vars, ctx));
       MF_ASSIGN_OR_RETURN(DTensor rd, Distribute(r, Replicated(r.shape(), mesh), rank));
       MF_ASSIGN_OR_RETURN(Variable rv, Variable::Leaf(std::move(rd), false));
-      MF_ASSIGN_OR_RETURN(Variable prod, autograd::Mul(out, rv, comms));
-      MF_ASSIGN_OR_RETURN(Variable loss, autograd::Sum(prod, {}, false, comms));
-      MF_RETURN_IF_ERROR(Backward(loss, comms));
+      MF_ASSIGN_OR_RETURN(Variable prod, autograd::Mul(out, rv, ctx));
+      MF_ASSIGN_OR_RETURN(Variable loss, autograd::Sum(prod, {}, false, ctx));
+      MF_RETURN_IF_ERROR(Backward(loss, ctx));
       for (size_t i = 0; i < in.size(); ++i) {
         if (c.operands[i].int_bound > 0) continue;
         if (!vars[i].grad()) return InternalError("no gradient for operand " + std::to_string(i));
-        MF_ASSIGN_OR_RETURN(grads[i], FullTensor(*vars[i].grad(), comms));
+        MF_ASSIGN_OR_RETURN(grads[i], FullTensor(*vars[i].grad(), ctx));
       }
       return Status::Ok();
     });
@@ -186,7 +186,7 @@ struct Model {
 Status RunModel(const Model& m, const DeviceMesh& mesh, const std::vector<Placements>& param_placements,
                 const Placements& batch, double* loss_out, std::vector<Tensor>* grads_out) {
   grads_out->assign(m.params.size(), Tensor::Zeros(DType::kF64, {}));
-  return OnMesh(mesh, [&](MeshComms& comms, int rank) -> Status {
+  return OnMesh(mesh, [&](RankContext& ctx, int rank) -> Status {
     std::vector<Variable> p;
     for (size_t i = 0; i < m.params.size(); ++i) {
       MF_ASSIGN_OR_RETURN(Layout l, Layout::Create(m.params[i].shape(), mesh, param_placements[i]));
@@ -199,18 +199,18 @@ Status RunModel(const Model& m, const DeviceMesh& mesh, const std::vector<Placem
     MF_ASSIGN_OR_RETURN(DTensor tg_d, Distribute(m.targets, bl, rank));
     MF_ASSIGN_OR_RETURN(Variable ids, Variable::Leaf(std::move(ids_d), false));
     MF_ASSIGN_OR_RETURN(Variable tg, Variable::Leaf(std::move(tg_d), false));
-    MF_ASSIGN_OR_RETURN(Variable x, autograd::Embedding(p[0], ids, comms));
-    MF_ASSIGN_OR_RETURN(Variable h, autograd::LayerNorm(x, 1, p[1], p[2], 1e-5, comms));
-    MF_ASSIGN_OR_RETURN(Variable h1, autograd::Matmul(h, p[3], comms));
-    MF_ASSIGN_OR_RETURN(Variable a, autograd::Gelu(h1, comms));
-    MF_ASSIGN_OR_RETURN(Variable logits, autograd::Matmul(a, p[4], comms));
-    MF_ASSIGN_OR_RETURN(Variable loss, autograd::CrossEntropy(logits, tg, LossReduction::kMean, comms));
-    MF_RETURN_IF_ERROR(Backward(loss, comms));
-    MF_ASSIGN_OR_RETURN(Tensor l, FullTensor(loss.value(), comms));
+    MF_ASSIGN_OR_RETURN(Variable x, autograd::Embedding(p[0], ids, ctx));
+    MF_ASSIGN_OR_RETURN(Variable h, autograd::LayerNorm(x, 1, p[1], p[2], 1e-5, ctx));
+    MF_ASSIGN_OR_RETURN(Variable h1, autograd::Matmul(h, p[3], ctx));
+    MF_ASSIGN_OR_RETURN(Variable a, autograd::Gelu(h1, ctx));
+    MF_ASSIGN_OR_RETURN(Variable logits, autograd::Matmul(a, p[4], ctx));
+    MF_ASSIGN_OR_RETURN(Variable loss, autograd::CrossEntropy(logits, tg, LossReduction::kMean, ctx));
+    MF_RETURN_IF_ERROR(Backward(loss, ctx));
+    MF_ASSIGN_OR_RETURN(Tensor l, FullTensor(loss.value(), ctx));
     if (rank == 0) *loss_out = l.GetAsDouble(0);
     for (size_t i = 0; i < p.size(); ++i) {
       if (!p[i].grad()) return InternalError("parameter " + std::to_string(i) + " got no gradient");
-      MF_ASSIGN_OR_RETURN(Tensor g, FullTensor(*p[i].grad(), comms));
+      MF_ASSIGN_OR_RETURN(Tensor g, FullTensor(*p[i].grad(), ctx));
       if (rank == 0) (*grads_out)[i] = std::move(g);
     }
     return Status::Ok();
@@ -262,16 +262,16 @@ TEST(AutogradTest, ShardedModelGradientsEqualSingleRank) {
 TEST(AutogradTest, GradientsAccumulateAcrossBackwardUntilZeroGrad) {
   const DeviceMesh mesh = *DeviceMesh::Create({2});
   const Tensor x = GlobalFor(DType::kF64, {4, 3}, 1);
-  const Status st = OnMesh(mesh, [&](MeshComms& comms, int rank) -> Status {
+  const Status st = OnMesh(mesh, [&](RankContext& ctx, int rank) -> Status {
     MF_ASSIGN_OR_RETURN(Layout l, Layout::Create({4, 3}, mesh, {Shard{0}}));
     MF_ASSIGN_OR_RETURN(DTensor d, Distribute(x, l, rank));
     MF_ASSIGN_OR_RETURN(Variable v, Variable::Leaf(std::move(d), true));
     for (int k = 0; k < 2; ++k) {
-      MF_ASSIGN_OR_RETURN(Variable s, autograd::Scale(v, 3.0, comms));
-      MF_ASSIGN_OR_RETURN(Variable loss, autograd::Sum(s, {}, false, comms));
-      MF_RETURN_IF_ERROR(Backward(loss, comms));
+      MF_ASSIGN_OR_RETURN(Variable s, autograd::Scale(v, 3.0, ctx));
+      MF_ASSIGN_OR_RETURN(Variable loss, autograd::Sum(s, {}, false, ctx));
+      MF_RETURN_IF_ERROR(Backward(loss, ctx));
     }
-    MF_ASSIGN_OR_RETURN(Tensor g, FullTensor(*v.grad(), comms));
+    MF_ASSIGN_OR_RETURN(Tensor g, FullTensor(*v.grad(), ctx));
     for (int64_t i = 0; i < g.NumElements(); ++i) {
       if (g.GetAsDouble(i) != 6.0) return InternalError("accumulated grad " + std::to_string(g.GetAsDouble(i)));
     }
@@ -284,7 +284,7 @@ TEST(AutogradTest, GradientsAccumulateAcrossBackwardUntilZeroGrad) {
 
 TEST(AutogradTest, Errors) {
   const DeviceMesh mesh = *DeviceMesh::Create({1});
-  const Status st = OnMesh(mesh, [&](MeshComms& comms, int rank) -> Status {
+  const Status st = OnMesh(mesh, [&](RankContext& ctx, int rank) -> Status {
     const Tensor x = GlobalFor(DType::kF64, {4, 3}, 1);
     MF_ASSIGN_OR_RETURN(DTensor d, Distribute(x, Replicated({4, 3}, mesh), rank));
     MF_ASSIGN_OR_RETURN(Variable v, Variable::Leaf(d, true));
@@ -296,68 +296,68 @@ TEST(AutogradTest, Errors) {
       return InternalError("integer leaf: " + bad.status().ToString());
     }
     // A non-scalar loss needs a seed.
-    MF_ASSIGN_OR_RETURN(Variable e, autograd::Exp(v, comms));
-    Status s = Backward(e, comms);
+    MF_ASSIGN_OR_RETURN(Variable e, autograd::Exp(v, ctx));
+    Status s = Backward(e, ctx);
     if (s.code() != StatusCode::kInvalidArgument || s.message().find("needs a seed") == std::string::npos) {
       return InternalError("non-scalar loss: " + s.ToString());
     }
     // A seed of the wrong shape.
     MF_ASSIGN_OR_RETURN(DTensor seed3, Distribute(GlobalFor(DType::kF64, {3}, 1), Replicated({3}, mesh), rank));
-    s = Backward(e, comms, {.seed = &seed3});
+    s = Backward(e, ctx, {.seed = &seed3});
     if (s.code() != StatusCode::kInvalidArgument || s.message().find("differs from the loss [4,3]") == std::string::npos) {
       return InternalError("bad seed: " + s.ToString());
     }
     // With a seed of the loss's shape it works; a second Backward needs retain_graph.
-    MF_ASSIGN_OR_RETURN(Variable sum, autograd::Sum(e, {}, false, comms));
-    MF_RETURN_IF_ERROR(Backward(sum, comms, {.retain_graph = true}));
-    MF_RETURN_IF_ERROR(Backward(sum, comms));
-    s = Backward(sum, comms);
+    MF_ASSIGN_OR_RETURN(Variable sum, autograd::Sum(e, {}, false, ctx));
+    MF_RETURN_IF_ERROR(Backward(sum, ctx, {.retain_graph = true}));
+    MF_RETURN_IF_ERROR(Backward(sum, ctx));
+    s = Backward(sum, ctx);
     if (s.code() != StatusCode::kFailedPrecondition || s.message().find("retain_graph") == std::string::npos) {
       return InternalError("released graph: " + s.ToString());
     }
     // Rank-1 matmul backward is not implemented (the forward works).
     MF_ASSIGN_OR_RETURN(DTensor d3, Distribute(GlobalFor(DType::kF64, {3}, 2), Replicated({3}, mesh), rank));
     MF_ASSIGN_OR_RETURN(Variable w, Variable::Leaf(d3, true));
-    MF_ASSIGN_OR_RETURN(Variable mv, autograd::Matmul(v, w, comms));
-    MF_ASSIGN_OR_RETURN(Variable ms, autograd::Sum(mv, {}, false, comms));
-    s = Backward(ms, comms);
+    MF_ASSIGN_OR_RETURN(Variable mv, autograd::Matmul(v, w, ctx));
+    MF_ASSIGN_OR_RETURN(Variable ms, autograd::Sum(mv, {}, false, ctx));
+    s = Backward(ms, ctx);
     if (s.code() != StatusCode::kUnimplemented || s.message().find("rank-1 operand") == std::string::npos) {
       return InternalError("rank-1 matmul: " + s.ToString());
     }
     // Undefined inputs.
-    StatusOr<Variable> u = autograd::Add(v, Variable(), comms);
+    StatusOr<Variable> u = autograd::Add(v, Variable(), ctx);
     if (u.ok() || u.status().message().find("input 1 is an undefined Variable") == std::string::npos) {
       return InternalError("undefined input: " + u.status().ToString());
     }
     // A loss that needs no gradient: Backward does nothing.
     MF_ASSIGN_OR_RETURN(Variable c, Variable::Leaf(d, false));
-    MF_ASSIGN_OR_RETURN(Variable cs, autograd::Sum(c, {}, false, comms));
-    return Backward(cs, comms);
+    MF_ASSIGN_OR_RETURN(Variable cs, autograd::Sum(c, {}, false, ctx));
+    return Backward(cs, ctx);
   });
   EXPECT_TRUE(st.ok()) << st;
 }
 
 TEST(AutogradTest, VjpErrors) {
   const DeviceMesh mesh = *DeviceMesh::Create({1});
-  const Status st = OnMesh(mesh, [&](MeshComms& comms, int rank) -> Status {
+  const Status st = OnMesh(mesh, [&](RankContext& ctx, int rank) -> Status {
     MF_ASSIGN_OR_RETURN(DTensor x, Distribute(GlobalFor(DType::kF64, {4, 3}, 1), Replicated({4, 3}, mesh), rank));
     MF_ASSIGN_OR_RETURN(DTensor g3, Distribute(GlobalFor(DType::kF64, {3}, 2), Replicated({3}, mesh), rank));
     const DTensor* in[1] = {&x};
     // Double backward through a gradient op.
-    StatusOr<std::vector<std::optional<DTensor>>> r = Vjp(OpSpec::Unary(UnaryOp::kGeluDeriv), in, x, x, comms);
+    StatusOr<std::vector<std::optional<DTensor>>> r = Vjp(OpSpec::Unary(UnaryOp::kGeluDeriv), in, x, x, ctx);
     if (r.ok() || r.status().code() != StatusCode::kUnimplemented ||
         r.status().message().find("gelu_deriv") == std::string::npos ||
         r.status().message().find("double backward") == std::string::npos) {
       return InternalError("double backward: " + r.status().ToString());
     }
     // A gradient whose shape is not the output's.
-    r = Vjp(OpSpec::Unary(UnaryOp::kExp), in, x, g3, comms);
+    r = Vjp(OpSpec::Unary(UnaryOp::kExp), in, x, g3, ctx);
     if (r.ok() || r.status().code() != StatusCode::kInvalidArgument ||
         r.status().message().find("gradient shape [3] differs from the output's [4,3]") == std::string::npos) {
       return InternalError("grad shape: " + r.status().ToString());
     }
     // Operand count.
-    r = Vjp(OpSpec::Matmul(), in, x, x, comms);
+    r = Vjp(OpSpec::Matmul(), in, x, x, ctx);
     if (r.ok() || r.status().message().find("expected 2 inputs, got 1") == std::string::npos) {
       return InternalError("operand count: " + r.status().ToString());
     }

@@ -55,7 +55,7 @@ const std::optional<OpSpec>& Variable::op() const {
   return node_ == nullptr ? kNone : node_->op;
 }
 
-StatusOr<Variable> Apply(const OpSpec& op, std::span<const Variable> inputs, MeshComms& comms) {
+StatusOr<Variable> Apply(const OpSpec& op, std::span<const Variable> inputs, RankContext& ctx) {
   std::vector<const DTensor*> values;
   bool needs = false;
   for (size_t i = 0; i < inputs.size(); ++i) {
@@ -65,7 +65,7 @@ StatusOr<Variable> Apply(const OpSpec& op, std::span<const Variable> inputs, Mes
     values.push_back(&inputs[i].value());
     needs = needs || inputs[i].requires_grad();
   }
-  MF_ASSIGN_OR_RETURN(DTensor out, RunOp(op, values, comms));
+  MF_ASSIGN_OR_RETURN(DTensor out, RunOp(op, values, ctx));
   Variable v;
   v.node_ = std::make_shared<Variable::Node>(std::move(out));
   if (needs && IsDifferentiable(op) && IsFloat(v.node_->value.dtype())) {
@@ -81,7 +81,7 @@ struct BackwardAccess {
   static Node* NodeOf(const Variable& v) { return v.node_.get(); }
 };
 
-Status Backward(const Variable& loss, MeshComms& comms, const BackwardOptions& options) {
+Status Backward(const Variable& loss, RankContext& ctx, const BackwardOptions& options) {
   using Node = BackwardAccess::Node;
   if (!loss.defined()) return InvalidArgumentError("Backward of an undefined Variable");
   const DTensor& lv = loss.value();
@@ -132,7 +132,7 @@ Status Backward(const Variable& loss, MeshComms& comms, const BackwardOptions& o
     if (g == grads.end()) continue;  // no path carried a gradient here (e.g. step's zero)
     if (!n->op) {
       if (n->grad) {
-        MF_ASSIGN_OR_RETURN(DTensor sum, Add(*n->grad, g->second, comms));
+        MF_ASSIGN_OR_RETURN(DTensor sum, Add(*n->grad, g->second, ctx));
         n->grad = std::move(sum);
       } else {
         n->grad = std::move(g->second);
@@ -142,7 +142,7 @@ Status Backward(const Variable& loss, MeshComms& comms, const BackwardOptions& o
     }
     std::vector<const DTensor*> in;
     for (const Variable& v : n->inputs) in.push_back(&v.value());
-    StatusOr<std::vector<std::optional<DTensor>>> gin = Vjp(*n->op, in, n->value, g->second, comms);
+    StatusOr<std::vector<std::optional<DTensor>>> gin = Vjp(*n->op, in, n->value, g->second, ctx);
     if (!gin.ok()) return gin.status();
     grads.erase(g);
     for (size_t i = 0; i < n->inputs.size(); ++i) {
@@ -150,7 +150,7 @@ Status Backward(const Variable& loss, MeshComms& comms, const BackwardOptions& o
       if (!m->requires_grad || !(*gin)[i]) continue;
       auto [slot, fresh] = grads.try_emplace(m, *(*gin)[i]);
       if (!fresh) {
-        MF_ASSIGN_OR_RETURN(DTensor sum, Add(slot->second, *(*gin)[i], comms));
+        MF_ASSIGN_OR_RETURN(DTensor sum, Add(slot->second, *(*gin)[i], ctx));
         slot->second = std::move(sum);
       }
     }

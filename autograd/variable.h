@@ -2,7 +2,7 @@
 //
 // A Variable is a shared handle to a node of a dynamic graph: a DTensor value, whether it needs
 // a gradient, and (for op results) the op and its input Variables. Ops on Variables
-// (autograd/functions.h, or Apply below) run the eager sharded op (ops/eager.h: the planner picks
+// (autograd/functions.h, or Apply below) run the eager sharded op (runtime/eager.h: the planner picks
 // the layouts and collectives) and record the node. Backward walks the graph from a scalar loss in
 // reverse topological order; each op's vector-Jacobian product (autograd/vjp.h) is itself written
 // with eager sharded ops, so gradients of sharded values are computed sharded, and a gradient's
@@ -16,9 +16,9 @@
 //
 //   Variable w = Variable::Leaf(w_dtensor, /*requires_grad=*/true);
 //   Variable x = Variable::Leaf(x_dtensor, /*requires_grad=*/false);
-//   MF_ASSIGN_OR_RETURN(Variable h, autograd::Matmul(x, w, comms));
-//   MF_ASSIGN_OR_RETURN(Variable loss, autograd::Mean(h, {}, false, comms));
-//   MF_RETURN_IF_ERROR(Backward(loss, comms));
+//   MF_ASSIGN_OR_RETURN(Variable h, autograd::Matmul(x, w, ctx));
+//   MF_ASSIGN_OR_RETURN(Variable loss, autograd::Mean(h, {}, false, ctx));
+//   MF_RETURN_IF_ERROR(Backward(loss, ctx));
 //   const DTensor& dw = *w.grad();  // same global values as the single-rank gradient
 //
 // Errors: Backward of a non-scalar loss without a seed, or a seed whose shape or dtype differs
@@ -35,9 +35,9 @@
 #include <vector>
 
 #include "meshflow/base/status.h"
-#include "meshflow/collectives/mesh_comms.h"
+#include "meshflow/runtime/rank_context.h"
 #include "meshflow/dtensor/dtensor.h"
-#include "meshflow/ops/eager.h"
+#include "meshflow/runtime/eager.h"
 
 namespace meshflow {
 
@@ -67,7 +67,7 @@ class Variable {
 
  private:
   struct Node;
-  friend StatusOr<Variable> Apply(const OpSpec& op, std::span<const Variable> inputs, MeshComms& comms);
+  friend StatusOr<Variable> Apply(const OpSpec& op, std::span<const Variable> inputs, RankContext& ctx);
   friend struct BackwardAccess;
   std::shared_ptr<Node> node_;
 };
@@ -75,7 +75,7 @@ class Variable {
 // Collective: runs `op` on the inputs' values (RunOp) and records the node when any input
 // requires a gradient and the op is differentiable (comparisons are not). Errors: an undefined
 // input; those of RunOp.
-StatusOr<Variable> Apply(const OpSpec& op, std::span<const Variable> inputs, MeshComms& comms);
+StatusOr<Variable> Apply(const OpSpec& op, std::span<const Variable> inputs, RankContext& ctx);
 
 struct BackwardOptions {
   // The gradient of the loss (its shape and dtype; any layout). nullptr: 1 for a scalar loss.
@@ -86,7 +86,7 @@ struct BackwardOptions {
 
 // Collective: accumulates d(loss)/d(leaf) into every reachable leaf with requires_grad.
 // A loss that does not require a gradient is OK and does nothing.
-Status Backward(const Variable& loss, MeshComms& comms, const BackwardOptions& options = {});
+Status Backward(const Variable& loss, RankContext& ctx, const BackwardOptions& options = {});
 
 }  // namespace meshflow
 

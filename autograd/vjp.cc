@@ -15,7 +15,7 @@ namespace {
 // borrowed from the caller, never copied; the values it emits are owned here.
 class EagerBuilder : public GradBuilder {
  public:
-  explicit EagerBuilder(MeshComms& comms) : comms_(comms) {}
+  explicit EagerBuilder(RankContext& ctx) : comms_(ctx) {}
   int Borrow(const DTensor& v) {
     values_.push_back(&v);
     owned_.push_back(nullptr);
@@ -39,7 +39,7 @@ class EagerBuilder : public GradBuilder {
   const DTensor& Get(int v) const { return *values_[static_cast<size_t>(v)]; }
 
  private:
-  MeshComms& comms_;
+  RankContext& comms_;
   std::vector<const DTensor*> values_;  // every handle
   std::vector<DTensor*> owned_;         // per handle: its storage here, or null (borrowed)
   std::deque<DTensor> storage_;         // emitted values (stable references)
@@ -55,16 +55,16 @@ StatusOr<DTensor> ScalarLike(const DTensor& like, double value) {
   return DTensor::FromLocal(std::move(t), std::move(layout), like.rank());
 }
 
-StatusOr<DTensor> SumTo(const DTensor& x, const std::vector<int64_t>& shape, MeshComms& comms) {
-  EagerBuilder b(comms);
+StatusOr<DTensor> SumTo(const DTensor& x, const std::vector<int64_t>& shape, RankContext& ctx) {
+  EagerBuilder b(ctx);
   const int xi = b.Borrow(x);
   MF_ASSIGN_OR_RETURN(int r, SumTo(b, xi, shape));
   return b.Take(r);
 }
 
 StatusOr<std::vector<std::optional<DTensor>>> Vjp(const OpSpec& op, std::span<const DTensor* const> inputs,
-                                                  const DTensor& output, const DTensor& grad, MeshComms& comms) {
-  EagerBuilder b(comms);
+                                                  const DTensor& output, const DTensor& grad, RankContext& ctx) {
+  EagerBuilder b(ctx);
   std::vector<int> in;
   for (const DTensor* x : inputs) in.push_back(b.Borrow(*x));
   const int y = b.Borrow(output);

@@ -1,6 +1,6 @@
 // Autograd bookkeeping on top of eager dispatch (autograd/variable.h).
 //
-// BM_Op/eager:    one eager op (ops/eager.h RunOp: add of two f32 [2,2], 1-rank world).
+// BM_Op/eager:    one eager op (runtime/eager.h RunOp: add of two f32 [2,2], 1-rank world).
 // BM_Op/autograd: the same op through autograd::Add on Variables that require a gradient
 //                 (RunOp + recording the node). The difference is the per-op bookkeeping
 //                 (target < 1 us).
@@ -11,10 +11,10 @@
 
 #include "meshflow/autograd/functions.h"
 #include "meshflow/autograd/variable.h"
-#include "meshflow/collectives/mesh_comms.h"
+#include "meshflow/runtime/rank_context.h"
 #include "meshflow/collectives/threads/threads_world.h"
 #include "meshflow/dtensor/dtensor.h"
-#include "meshflow/ops/eager.h"
+#include "meshflow/runtime/eager.h"
 
 namespace meshflow {
 namespace {
@@ -28,15 +28,15 @@ void OnOneRank(benchmark::State& state, Body body) {
   std::unique_ptr<ThreadWorld> world = std::move(ThreadWorld::Create(1).value());
   const DeviceMesh mesh = *DeviceMesh::Create({1});
   Status st = world->Run([&](Communicator& comm) -> Status {
-    MF_ASSIGN_OR_RETURN(MeshComms comms, MeshComms::Create(comm, mesh));
-    return body(comms, mesh);
+    MF_ASSIGN_OR_RETURN(RankContext ctx, RankContext::Create(comm, mesh));
+    return body(ctx, mesh);
   });
   if (!st.ok()) state.SkipWithError(st.ToString().c_str());
 }
 
 void BM_Op(benchmark::State& state) {
   const bool autograd = state.range(0) == 1;
-  OnOneRank(state, [&](MeshComms& comms, const DeviceMesh& mesh) -> Status {
+  OnOneRank(state, [&](RankContext& ctx, const DeviceMesh& mesh) -> Status {
     const DTensor a = Tiny(mesh), b = Tiny(mesh);
     MF_ASSIGN_OR_RETURN(Variable va, Variable::Leaf(a, true));
     MF_ASSIGN_OR_RETURN(Variable vb, Variable::Leaf(b, true));
@@ -44,10 +44,10 @@ void BM_Op(benchmark::State& state) {
     const OpSpec add = OpSpec::Binary(BinaryOp::kAdd);
     for (auto _ : state) {
       if (autograd) {
-        auto y = autograd::Add(va, vb, comms);
+        auto y = autograd::Add(va, vb, ctx);
         benchmark::DoNotOptimize(y);
       } else {
-        auto y = RunOp(add, in, comms);
+        auto y = RunOp(add, in, ctx);
         benchmark::DoNotOptimize(y);
       }
     }
@@ -58,16 +58,16 @@ void BM_Op(benchmark::State& state) {
 BENCHMARK(BM_Op)->Arg(0)->Arg(1);
 
 void BM_Backward(benchmark::State& state) {
-  OnOneRank(state, [&](MeshComms& comms, const DeviceMesh& mesh) -> Status {
+  OnOneRank(state, [&](RankContext& ctx, const DeviceMesh& mesh) -> Status {
     MF_ASSIGN_OR_RETURN(Variable x, Variable::Leaf(Tiny(mesh), false));
     MF_ASSIGN_OR_RETURN(Variable w, Variable::Leaf(Tiny(mesh), true));
     for (auto _ : state) {
       state.PauseTiming();
-      MF_ASSIGN_OR_RETURN(Variable s, autograd::Add(x, w, comms));
-      MF_ASSIGN_OR_RETURN(Variable loss, autograd::Sum(s, {}, false, comms));
+      MF_ASSIGN_OR_RETURN(Variable s, autograd::Add(x, w, ctx));
+      MF_ASSIGN_OR_RETURN(Variable loss, autograd::Sum(s, {}, false, ctx));
       w.ZeroGrad();
       state.ResumeTiming();
-      MF_RETURN_IF_ERROR(Backward(loss, comms));
+      MF_RETURN_IF_ERROR(Backward(loss, ctx));
     }
     return Status::Ok();
   });

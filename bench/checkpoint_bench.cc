@@ -41,7 +41,7 @@
 #include "meshflow/bench/run_dir.h"
 #include "meshflow/checkpoint/checkpoint.h"
 #include "meshflow/checkpoint/format.h"
-#include "meshflow/collectives/mesh_comms.h"
+#include "meshflow/runtime/rank_context.h"
 #include "meshflow/collectives/threads/threads_world.h"
 #include "meshflow/dtensor/dtensor.h"
 
@@ -107,9 +107,9 @@ Status NoSetup(Communicator&) { return Status(); }
 
 Status Save(const std::string& dir) {
   return World().Run([&](Communicator& comm) -> Status {
-    MF_ASSIGN_OR_RETURN(MeshComms comms, MeshComms::Create(comm, Mesh1D()));
+    MF_ASSIGN_OR_RETURN(RankContext ctx, RankContext::Create(comm, Mesh1D()));
     MF_ASSIGN_OR_RETURN(DTensor x, Distribute(Global(), SavedLayout(), comm.world_rank()));
-    return SaveCheckpoint(dir, {{"w", &x}}, comms);
+    return SaveCheckpoint(dir, {{"w", &x}}, ctx);
   });
 }
 
@@ -182,7 +182,7 @@ void BM_SaveCheckpoint(benchmark::State& state) {
   double save_s = 0, plain_s = 0;
   for (auto _ : state) {
     std::vector<std::unique_ptr<DTensor>> xs(kRanks);
-    std::vector<std::unique_ptr<MeshComms>> cs(kRanks);
+    std::vector<std::unique_ptr<RankContext>> cs(kRanks);
     const double t = TimedRun(
         state,
         [&](Communicator& comm) -> Status {
@@ -190,8 +190,8 @@ void BM_SaveCheckpoint(benchmark::State& state) {
             std::error_code ec;
             fs::remove_all(dir, ec);
           }
-          MF_ASSIGN_OR_RETURN(MeshComms comms, MeshComms::Create(comm, Mesh1D()));
-          cs[comm.rank()] = std::make_unique<MeshComms>(std::move(comms));
+          MF_ASSIGN_OR_RETURN(RankContext ctx, RankContext::Create(comm, Mesh1D()));
+          cs[comm.rank()] = std::make_unique<RankContext>(std::move(ctx));
           MF_ASSIGN_OR_RETURN(DTensor x, Distribute(Global(), SavedLayout(), comm.world_rank()));
           xs[comm.rank()] = std::make_unique<DTensor>(std::move(x));
           return Status();
@@ -229,7 +229,7 @@ void BM_LoadCheckpoint(benchmark::State& state) {
   const DeviceMesh mesh = reshard ? *DeviceMesh::Create({2, 2}) : Mesh1D();
   const Layout target = reshard ? *Layout::Create({kRows, kCols}, mesh, {Shard{0}, Shard{1}}) : SavedLayout();
   std::vector<LoadStats> stats(kRanks);
-  std::vector<std::unique_ptr<MeshComms>> cs(kRanks);
+  std::vector<std::unique_ptr<RankContext>> cs(kRanks);
   std::vector<std::vector<std::byte>> bufs = ReadBuffers();
   // The baseline reads the same files: S(0) on 4 ranks stores rank r's rows in data file r.
   const auto data_file = [&](int rank) { return dir + "/" + DataFileName(rank); };
@@ -238,8 +238,8 @@ void BM_LoadCheckpoint(benchmark::State& state) {
     const double t = TimedRun(
         state,
         [&](Communicator& comm) -> Status {
-          MF_ASSIGN_OR_RETURN(MeshComms comms, MeshComms::Create(comm, mesh));
-          cs[comm.rank()] = std::make_unique<MeshComms>(std::move(comms));
+          MF_ASSIGN_OR_RETURN(RankContext ctx, RankContext::Create(comm, mesh));
+          cs[comm.rank()] = std::make_unique<RankContext>(std::move(ctx));
           stats[comm.rank()] = LoadStats{};
           return Status();
         },

@@ -85,9 +85,9 @@
 #include "meshflow/base/parse.h"
 #include "meshflow/base/status.h"
 #include "meshflow/collectives/communicator.h"
-#include "meshflow/collectives/dtensor_api.h"
-#include "meshflow/collectives/executor.h"
-#include "meshflow/collectives/mesh_comms.h"
+#include "meshflow/runtime/redistribute.h"
+#include "meshflow/runtime/executor.h"
+#include "meshflow/runtime/rank_context.h"
 #if !defined(MESHFLOW_COMM_NO_MPI)
 #include "meshflow/collectives/mpi/mpi_communicator.h"
 #endif
@@ -625,7 +625,7 @@ class Bench {
     MF_ASSIGN_OR_RETURN(Layout from, Layout::Create({rows_n, cols}, mesh, from_p));
     MF_ASSIGN_OR_RETURN(Layout to, Layout::Create({rows_n, cols}, mesh, to_p));
     MF_ASSIGN_OR_RETURN(std::shared_ptr<const Plan> plan, PlanFor(from, to, c_.dtype));
-    MF_ASSIGN_OR_RETURN(MeshComms comms, MeshComms::Create(comm_, mesh));
+    MF_ASSIGN_OR_RETURN(RankContext ctx, RankContext::Create(comm_, mesh));
     Tensor global = Tensor::Zeros(c_.dtype, {rows_n, cols});
     Fill(c_.dtype, global.raw(), count, 0, 0);
     const int rank = comm_.world_rank();
@@ -635,7 +635,7 @@ class Bench {
     if (c_.check) {
       MF_ASSIGN_OR_RETURN(Tensor expected, ReferenceLocal(global, to, rank));
       Tensor local = x.local();
-      MF_RETURN_IF_ERROR(ExecutePlan(*plan, comms, local));
+      MF_RETURN_IF_ERROR(ExecutePlan(*plan, ctx, local));
       if (local.shape() != expected.shape()) {
         wrong = std::max(local.NumElements(), expected.NumElements());
       } else {
@@ -659,7 +659,7 @@ class Bench {
       Tensor local = x.local();
       MF_RETURN_IF_ERROR(comm_.Barrier());
       const auto t0 = std::chrono::steady_clock::now();
-      MF_RETURN_IF_ERROR(ExecutePlan(*plan, comms, local));
+      MF_RETURN_IF_ERROR(ExecutePlan(*plan, ctx, local));
       if (i >= c_.warmup) seconds += Seconds(t0, std::chrono::steady_clock::now());
     }
     MF_ASSIGN_OR_RETURN(seconds, MaxOverRanks(seconds / c_.iters));

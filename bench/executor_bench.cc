@@ -6,7 +6,7 @@
 // all-to-all on a 1-D mesh, and [S(0)] -> [R] all-gather). bytes_per_second counts the bytes
 // every rank receives (the plan's bytes_received_per_rank, summed: the bytes that must move).
 //
-// Steady state: every world->Run first runs kWarmup redistributions on the same MeshComms (its
+// Steady state: every world->Run first runs kWarmup redistributions on the same RankContext (its
 // step-buffer pool fills), then times kReps of them one by one between barriers. Before each rep
 // the source shard is restored into the rank's existing tensor (a copy-assign into capacity it
 // already holds, outside the timed part), so a rep touches no page the previous one did not.
@@ -26,10 +26,10 @@
 #include <memory>
 #include <vector>
 
-#include "meshflow/collectives/dtensor_api.h"
-#include "meshflow/collectives/executor.h"
-#include "meshflow/collectives/mesh_comms.h"
-#include "meshflow/collectives/send_recv_cache.h"
+#include "meshflow/runtime/redistribute.h"
+#include "meshflow/runtime/executor.h"
+#include "meshflow/runtime/rank_context.h"
+#include "meshflow/runtime/send_recv_cache.h"
 #include "meshflow/collectives/threads/threads_world.h"
 #include "meshflow/dtensor/dtensor.h"
 #include "meshflow/planner/direct.h"
@@ -76,12 +76,12 @@ void RunRedistribute(benchmark::State& state, const Placements& from_p, const Pl
   for (auto _ : state) {
     double seconds = 0;
     Status s = world->Run([&](Communicator& comm) -> Status {
-      MF_ASSIGN_OR_RETURN(MeshComms comms, MeshComms::Create(comm, mesh));
+      MF_ASSIGN_OR_RETURN(RankContext ctx, RankContext::Create(comm, mesh));
       MF_ASSIGN_OR_RETURN(DTensor x, Distribute(global, from, comm.world_rank()));
       Tensor local = x.local();
       for (int i = 0; i < kWarmup; ++i) {
         local = x.local();
-        MF_RETURN_IF_ERROR(ExecutePlan(*plan, comms, local));
+        MF_RETURN_IF_ERROR(ExecutePlan(*plan, ctx, local));
       }
       MF_RETURN_IF_ERROR(comm.Barrier());
       const int64_t f0 = PageFaults();
@@ -90,7 +90,7 @@ void RunRedistribute(benchmark::State& state, const Placements& from_p, const Pl
         local = x.local();  // copy-assign: reuses local's capacity
         MF_RETURN_IF_ERROR(comm.Barrier());
         const auto t0 = std::chrono::steady_clock::now();
-        MF_RETURN_IF_ERROR(ExecutePlan(*plan, comms, local));
+        MF_RETURN_IF_ERROR(ExecutePlan(*plan, ctx, local));
         MF_RETURN_IF_ERROR(comm.Barrier());
         t += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       }
@@ -138,7 +138,7 @@ void BM_Memcpy(benchmark::State& state) {
 }
 BENCHMARK(BM_Memcpy)->RangeMultiplier(4)->Range(1024, 65536)->UseRealTime()->Unit(benchmark::kMicrosecond);
 
-// ---- send_recv bookkeeping of one rank (planner/direct.h, collectives/send_recv_cache.h) ----
+// ---- send_recv bookkeeping of one rank (planner/direct.h, runtime/send_recv_cache.h) ----
 //
 //   bazel run --config=opt //bench:executor_bench -- --benchmark_filter='SendRecv'
 //

@@ -1,4 +1,4 @@
-// Steady-state dispatch overhead of the eager sharded ops (ops/eager.h).
+// Steady-state dispatch overhead of the eager sharded ops (runtime/eager.h).
 //
 // BM_Dispatch/<op>: ChooseStrategy on a cache hit: the rule lookup + strategy cache + (cached)
 // plans, i.e. everything an op does besides the kernel and the communication. One rank (1-rank
@@ -12,10 +12,10 @@
 //   bazel run -c opt //bench:ops_bench
 #include <benchmark/benchmark.h>
 
-#include "meshflow/collectives/dtensor_api.h"
-#include "meshflow/collectives/mesh_comms.h"
+#include "meshflow/runtime/redistribute.h"
+#include "meshflow/runtime/rank_context.h"
 #include "meshflow/collectives/threads/threads_world.h"
-#include "meshflow/ops/eager.h"
+#include "meshflow/runtime/eager.h"
 #include "meshflow/ops/kernels.h"
 
 namespace meshflow {
@@ -85,9 +85,9 @@ void BM_EagerOp(benchmark::State& state) {
   Inputs in = MakeInputs(op);
   std::unique_ptr<ThreadWorld> world = std::move(ThreadWorld::Create(1).value());
   Status st = world->Run([&](Communicator& comm) -> Status {
-    MF_ASSIGN_OR_RETURN(MeshComms comms, MeshComms::Create(comm, *DeviceMesh::Create({1})));
+    MF_ASSIGN_OR_RETURN(RankContext ctx, RankContext::Create(comm, *DeviceMesh::Create({1})));
     for (auto _ : state) {
-      auto y = RunOp(op, in.ptrs, comms);
+      auto y = RunOp(op, in.ptrs, ctx);
       benchmark::DoNotOptimize(y);
     }
     return Status::Ok();

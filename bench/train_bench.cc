@@ -4,7 +4,7 @@
 // it; the time is the wall time of rank 0's step loop, whose iterations every rank follows).
 // Models:
 //   mlp           2-layer MLP (x [64,256] -> 1024 -> 256, gelu, MSE), f32, eager: forward,
-//                 Backward, AdamW Step, ZeroGrad (autograd/, train/optimizer.h)
+//                 Backward, AdamW Step, ZeroGrad (autograd/, optim/optimizer.h)
 //   mlp_compiled  the same MLP as one compiled program (train/compiled_step.h: forward + backward
 //                 + AdamW update, every collective chosen by the planner), TrainStepRunner::Step
 //   gpt1          a 1-layer GPT (lm/gpt.h: token + position embedding, one pre-norm transformer
@@ -44,16 +44,16 @@
 
 #include "meshflow/autograd/functions.h"
 #include "meshflow/autograd/variable.h"
-#include "meshflow/collectives/mesh_comms.h"
+#include "meshflow/runtime/rank_context.h"
 #include "meshflow/collectives/threads/threads_world.h"
 #include "meshflow/dtensor/dtensor.h"
 #include "meshflow/dtensor/layout.h"
 #include "meshflow/launch/world.h"
 #include "meshflow/lm/gpt.h"
 #include "meshflow/lm/plan.h"
-#include "meshflow/ops/graph.h"
+#include "meshflow/compiler/graph.h"
 #include "meshflow/train/compiled_step.h"
-#include "meshflow/train/optimizer.h"
+#include "meshflow/optim/optimizer.h"
 
 namespace meshflow {
 namespace {
@@ -103,8 +103,8 @@ MlpPlan MlpPlanFor(int plan) {
 // One rank's training step of a case, set up once; Step is collective over the case's world.
 using StepFn = std::function<Status()>;
 
-StatusOr<StepFn> MlpEager(const MlpPlan& plan, const DeviceMesh& mesh, std::shared_ptr<MeshComms> comms) {
-  const int rank = comms->world_rank();
+StatusOr<StepFn> MlpEager(const MlpPlan& plan, const DeviceMesh& mesh, std::shared_ptr<RankContext> ctx) {
+  const int rank = ctx->world_rank();
   auto leaf = [&](const Tensor& t, Placement p, bool grad) -> StatusOr<Variable> {
     MF_ASSIGN_OR_RETURN(Layout l, Layout::Create(t.shape(), mesh, {p}));
     MF_ASSIGN_OR_RETURN(DTensor d, Distribute(t, l, rank));
@@ -124,10 +124,10 @@ StatusOr<StepFn> MlpEager(const MlpPlan& plan, const DeviceMesh& mesh, std::shar
     }
     specs.push_back(ParamSpec{i == 0 ? "w1" : "w2", p[i].mutable_leaf_value(), std::move(s)});
   }
-  MF_ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> opt_u, AdamW::Create(std::move(specs), AdamWOptions{}, *comms));
+  MF_ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> opt_u, AdamW::Create(std::move(specs), AdamWOptions{}, *ctx));
   std::shared_ptr<Optimizer> opt = std::move(opt_u);
   return StepFn([=]() mutable -> Status {
-    MeshComms& c = *comms;
+    RankContext& c = *ctx;
     MF_ASSIGN_OR_RETURN(Variable h, autograd::Matmul(xv, p[0], c));
     MF_ASSIGN_OR_RETURN(Variable a, autograd::Gelu(h, c));
     MF_ASSIGN_OR_RETURN(Variable o, autograd::Matmul(a, p[1], c));
@@ -154,9 +154,9 @@ PropagationOptions CpuCostModel() {
   return o;
 }
 
-StatusOr<StepFn> MlpCompiled(const MlpPlan& plan, const DeviceMesh& mesh, std::shared_ptr<MeshComms> comms,
+StatusOr<StepFn> MlpCompiled(const MlpPlan& plan, const DeviceMesh& mesh, std::shared_ptr<RankContext> ctx,
                              const PropagationOptions& options) {
-  const int rank = comms->world_rank();
+  const int rank = ctx->world_rank();
   Graph g(mesh);
   MF_ASSIGN_OR_RETURN(ValueId x, g.Input("x", {kB, kIn}, DType::kF32));
   MF_ASSIGN_OR_RETURN(ValueId y, g.Input("y", {kB, kOut}, DType::kF32));
@@ -201,12 +201,12 @@ StatusOr<StepFn> MlpCompiled(const MlpPlan& plan, const DeviceMesh& mesh, std::s
   MF_ASSIGN_OR_RETURN(DTensor yd, Distribute(Values({kB, kOut}, 2, 0.5), yl, rank));
   batch->push_back(std::move(xd));
   batch->push_back(std::move(yd));
-  return StepFn([=]() -> Status { return runner->Step(*batch, *comms).status(); });
+  return StepFn([=]() -> Status { return runner->Step(*batch, *ctx).status(); });
 }
 
 constexpr int64_t kGptBatch = 16;
 
-StatusOr<StepFn> Gpt1(int plan_index, int world, Communicator& comm, std::shared_ptr<MeshComms>& comms_out) {
+StatusOr<StepFn> Gpt1(int plan_index, int world, Communicator& comm, std::shared_ptr<RankContext>& comms_out) {
   lm::GptConfig cfg;
   cfg.layers = 1;
   lm::MeshSpec spec{{1}, {"dp"}};
@@ -217,20 +217,20 @@ StatusOr<StepFn> Gpt1(int plan_index, int world, Communicator& comm, std::shared
     plan = p;
   }
   MF_ASSIGN_OR_RETURN(DeviceMesh mesh, DeviceMesh::Create(spec.shape, spec.names));
-  MF_ASSIGN_OR_RETURN(MeshComms comms_v, MeshComms::Create(comm, mesh));
-  auto comms = std::make_shared<MeshComms>(std::move(comms_v));
-  comms_out = comms;
-  MF_ASSIGN_OR_RETURN(std::unique_ptr<lm::Gpt> gpt_u, lm::Gpt::Create(cfg, *comms));
+  MF_ASSIGN_OR_RETURN(RankContext comms_v, RankContext::Create(comm, mesh));
+  auto ctx = std::make_shared<RankContext>(std::move(comms_v));
+  comms_out = ctx;
+  MF_ASSIGN_OR_RETURN(std::unique_ptr<lm::Gpt> gpt_u, lm::Gpt::Create(cfg, *ctx));
   std::shared_ptr<lm::Gpt> gpt = std::move(gpt_u);
   std::vector<ParamSpec> specs = gpt->ParamSpecs();
   std::vector<std::string> dp_dims = {"dp"};
   if (plan) {
-    MF_ASSIGN_OR_RETURN(lm::AppliedPlan applied, lm::ApplyPlan(*plan, *gpt, *comms));
+    MF_ASSIGN_OR_RETURN(lm::AppliedPlan applied, lm::ApplyPlan(*plan, *gpt, *ctx));
     specs = gpt->ParamSpecs();
     for (size_t i = 0; i < specs.size(); ++i) specs[i].state_layout = applied.state_layouts[i];
     dp_dims = applied.dp_dims;
   }
-  MF_ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> opt_u, AdamW::Create(specs, AdamWOptions{}, *comms));
+  MF_ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> opt_u, AdamW::Create(specs, AdamWOptions{}, *ctx));
   std::shared_ptr<Optimizer> opt = std::move(opt_u);
   // A fixed batch of token windows [16, 65], sharded over the plan's dp dims.
   Tensor tokens = Tensor::Zeros(DType::kI32, {kGptBatch, cfg.seq_len + 1});
@@ -248,9 +248,9 @@ StatusOr<StepFn> Gpt1(int plan_index, int world, Communicator& comm, std::shared
   MF_ASSIGN_OR_RETURN(DTensor batch_v, Distribute(tokens, bl, comm.world_rank()));
   auto batch = std::make_shared<DTensor>(std::move(batch_v));
   return StepFn([=]() -> Status {
-    MF_ASSIGN_OR_RETURN(Variable loss, gpt->Loss(*batch, *comms));
-    MF_RETURN_IF_ERROR(Backward(loss, *comms));
-    MF_RETURN_IF_ERROR(opt->Step(gpt->Grads(), *comms));
+    MF_ASSIGN_OR_RETURN(Variable loss, gpt->Loss(*batch, *ctx));
+    MF_RETURN_IF_ERROR(Backward(loss, *ctx));
+    MF_RETURN_IF_ERROR(opt->Step(gpt->Grads(), *ctx));
     gpt->ZeroGrad();
     return Status::Ok();
   });
@@ -262,20 +262,20 @@ int RanksOf(const Case& c) { return c.plan == 0 ? 1 : g_ranks; }
 // (strategy choice and plans are cached after it), then steps while rank 0's `keep_going` says
 // so (broadcast to every rank before each step).
 Status RunCase(const Case& c, Communicator& comm, const std::function<bool()>& keep_going) {
-  std::shared_ptr<MeshComms> comms;
+  std::shared_ptr<RankContext> ctx;
   StepFn step;
   if (c.model == kGpt1) {
-    MF_ASSIGN_OR_RETURN(step, Gpt1(c.plan, comm.size(), comm, comms));
+    MF_ASSIGN_OR_RETURN(step, Gpt1(c.plan, comm.size(), comm, ctx));
   } else {
     const bool tp = c.plan == 4;
     MF_ASSIGN_OR_RETURN(DeviceMesh mesh, DeviceMesh::Create({comm.size()}, {tp ? "tp" : "dp"}));
-    MF_ASSIGN_OR_RETURN(MeshComms comms_v, MeshComms::Create(comm, mesh));
-    comms = std::make_shared<MeshComms>(std::move(comms_v));
+    MF_ASSIGN_OR_RETURN(RankContext comms_v, RankContext::Create(comm, mesh));
+    ctx = std::make_shared<RankContext>(std::move(comms_v));
     const MlpPlan plan = MlpPlanFor(c.plan);
     if (c.model == kMlp) {
-      MF_ASSIGN_OR_RETURN(step, MlpEager(plan, mesh, comms));
+      MF_ASSIGN_OR_RETURN(step, MlpEager(plan, mesh, ctx));
     } else {
-      MF_ASSIGN_OR_RETURN(step, MlpCompiled(plan, mesh, comms,
+      MF_ASSIGN_OR_RETURN(step, MlpCompiled(plan, mesh, ctx,
                                             c.model == kMlpCompiledCpu ? CpuCostModel() : PropagationOptions{}));
     }
   }

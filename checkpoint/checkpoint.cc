@@ -22,7 +22,7 @@
 #include <set>
 
 #include "meshflow/base/checksum.h"
-#include "meshflow/collectives/dtensor_api.h"
+#include "meshflow/runtime/redistribute.h"
 
 namespace meshflow {
 namespace {
@@ -279,7 +279,7 @@ struct PlannedTensor {
 };
 
 Status ValidateSave(const std::string& dir, const std::vector<std::pair<std::string, const DTensor*>>& tensors,
-                    MeshComms& comms, const SaveOptions& options) {
+                    RankContext& ctx, const SaveOptions& options) {
   if (dir.empty()) return InvalidArgumentError("SaveCheckpoint: empty checkpoint directory");
   if (options.checksum_block_bytes <= 0) {
     return InvalidArgumentError("SaveCheckpoint: checksum_block_bytes " + std::to_string(options.checksum_block_bytes) +
@@ -290,13 +290,13 @@ Status ValidateSave(const std::string& dir, const std::vector<std::pair<std::str
     if (name.empty()) return InvalidArgumentError("SaveCheckpoint: empty tensor name");
     if (!names.insert(name).second) return InvalidArgumentError("SaveCheckpoint: duplicate tensor name '" + name + "'");
     if (x == nullptr) return InvalidArgumentError("SaveCheckpoint: tensor '" + name + "' is null");
-    if (!(x->layout().mesh() == comms.mesh())) {
+    if (!(x->layout().mesh() == ctx.mesh())) {
       return InvalidArgumentError("SaveCheckpoint: tensor '" + name + "' is on " + x->layout().mesh().ToString() +
-                                  " but the communicators are for " + comms.mesh().ToString());
+                                  " but the communicators are for " + ctx.mesh().ToString());
     }
-    if (x->rank() != comms.world_rank()) {
+    if (x->rank() != ctx.world_rank()) {
       return InvalidArgumentError("SaveCheckpoint: tensor '" + name + "' belongs to rank " + std::to_string(x->rank()) +
-                                  " but is saved by rank " + std::to_string(comms.world_rank()));
+                                  " but is saved by rank " + std::to_string(ctx.world_rank()));
     }
   }
   return Status();
@@ -488,14 +488,14 @@ uint64_t NewUniqueId() {
 }  // namespace
 
 Status SaveCheckpoint(const std::string& dir_in, const std::vector<std::pair<std::string, const DTensor*>>& tensors,
-                      MeshComms& comms, const SaveOptions& options) {
-  Communicator& comm = comms.world();
+                      RankContext& ctx, const SaveOptions& options) {
+  Communicator& comm = ctx.world();
   const std::string dir = StripSlashes(dir_in);
   const int n = comm.size();
   const int me = comm.rank();
 
   // 1. Inputs valid on every rank, and the same tensor list everywhere.
-  Status local = ValidateSave(dir, tensors, comms, options);
+  Status local = ValidateSave(dir, tensors, ctx, options);
   MF_RETURN_IF_ERROR(AgreeStatus(comm, local));
   {
     const int64_t h = static_cast<int64_t>(DescribeHash(tensors));
@@ -527,7 +527,7 @@ Status SaveCheckpoint(const std::string& dir_in, const std::vector<std::pair<std
         local = rl.status();
         break;
       }
-      StatusOr<DTensor> y = Redistribute(*x, *rl, comms);
+      StatusOr<DTensor> y = Redistribute(*x, *rl, ctx);
       if (!y.ok()) {
         local = y.status().WithContext("SaveCheckpoint: reducing Partial tensor '" + tensors[i].first + "'");
         break;
@@ -1146,9 +1146,9 @@ struct PreparedRequest {
 
 // Checks the requests against `md` and opens (through the pinned directory) every data file this
 // rank will read, so that the reads need no path lookup any more.
-Status PrepareLoad(const std::vector<LoadRequest>& requests, MeshComms& comms, const CheckpointMetadata& md,
+Status PrepareLoad(const std::vector<LoadRequest>& requests, RankContext& ctx, const CheckpointMetadata& md,
                    const std::string& md_path, DataFiles& files, std::vector<PreparedRequest>& prepared) {
-  const int me = comms.world_rank();
+  const int me = ctx.world_rank();
   for (const LoadRequest& req : requests) {
     PreparedRequest pr;
     pr.t = md.Find(req.name);
@@ -1157,9 +1157,9 @@ Status PrepareLoad(const std::vector<LoadRequest>& requests, MeshComms& comms, c
                            ")");
     }
     const TensorRecord& t = *pr.t;
-    if (!(req.layout.mesh() == comms.mesh())) {
+    if (!(req.layout.mesh() == ctx.mesh())) {
       return InvalidArgumentError("tensor '" + req.name + "': target layout is on " + req.layout.mesh().ToString() +
-                                  " but the communicators are for " + comms.mesh().ToString());
+                                  " but the communicators are for " + ctx.mesh().ToString());
     }
     if (req.layout.global_shape() != t.shape) {
       return InvalidArgumentError("tensor '" + req.name + "' has shape " + ShapeStr(t.shape) + " in checkpoint " +
@@ -1189,10 +1189,10 @@ Status PrepareLoad(const std::vector<LoadRequest>& requests, MeshComms& comms, c
 
 // Reads this rank's part of every prepared request.
 Status ReadPrepared(const std::vector<LoadRequest>& requests, const std::vector<PreparedRequest>& prepared,
-                    MeshComms& comms, const CheckpointMetadata& md, const std::string& md_path, DataFiles& files,
+                    RankContext& ctx, const CheckpointMetadata& md, const std::string& md_path, DataFiles& files,
                     std::vector<DTensor>& out, LoadStats& stats) {
   ReadScratch scratch;
-  const int me = comms.world_rank();
+  const int me = ctx.world_rank();
   for (size_t i = 0; i < requests.size(); ++i) {
     const PreparedRequest& pr = prepared[i];
     const TensorRecord& t = *pr.t;
@@ -1225,9 +1225,9 @@ Status ReadPrepared(const std::vector<LoadRequest>& requests, const std::vector<
 constexpr std::string_view kPinMismatch = "opened another checkpoint than rank 0";
 
 // One attempt of a load (see "Concurrency" in checkpoint.h). Every return is agreed by all ranks.
-Status LoadAttempt(const std::string& dir, const std::vector<LoadRequest>& requests, MeshComms& comms,
+Status LoadAttempt(const std::string& dir, const std::vector<LoadRequest>& requests, RankContext& ctx,
                    std::vector<DTensor>& out, LoadStats& stats) {
-  Communicator& comm = comms.world();
+  Communicator& comm = ctx.world();
   const int me = comm.rank();
   // 1. Rank 0 pins the checkpoint under the shared commit lock and broadcasts its metadata.
   FileLock commit_lock;
@@ -1275,7 +1275,7 @@ Status LoadAttempt(const std::string& dir, const std::vector<LoadRequest>& reque
     if (local.ok()) {
       md = *std::move(decoded);
       files.emplace(*pinned, *md, stats);
-      local = PrepareLoad(requests, comms, *md, md_path, *files, prepared);
+      local = PrepareLoad(requests, ctx, *md, md_path, *files, prepared);
     }
   }
   const Status opened = AgreeStatus(comm, local);  // also the barrier: every rank holds its files
@@ -1283,17 +1283,17 @@ Status LoadAttempt(const std::string& dir, const std::vector<LoadRequest>& reque
   MF_RETURN_IF_ERROR(opened);
 
   // 4. The reads, from the open files only.
-  return AgreeStatus(comm, ReadPrepared(requests, prepared, comms, *md, md_path, *files, out, stats));
+  return AgreeStatus(comm, ReadPrepared(requests, prepared, ctx, *md, md_path, *files, out, stats));
 }
 
 }  // namespace
 
 StatusOr<std::vector<DTensor>> LoadTensors(const std::string& dir, const std::vector<LoadRequest>& requests,
-                                           MeshComms& comms, LoadStats* stats) {
+                                           RankContext& ctx, LoadStats* stats) {
   LoadStats local_stats;
   for (int attempt = 1;; ++attempt) {
     std::vector<DTensor> out;
-    const Status st = LoadAttempt(dir, requests, comms, out, stats != nullptr ? *stats : local_stats);
+    const Status st = LoadAttempt(dir, requests, ctx, out, stats != nullptr ? *stats : local_stats);
     if (st.ok()) return out;
     const bool mismatch = st.code() == StatusCode::kAborted && st.message().find(kPinMismatch) != std::string::npos;
     if (!mismatch) return st;
@@ -1305,9 +1305,9 @@ StatusOr<std::vector<DTensor>> LoadTensors(const std::string& dir, const std::ve
   }
 }
 
-StatusOr<DTensor> LoadTensor(const std::string& dir, const std::string& name, const Layout& target, MeshComms& comms,
+StatusOr<DTensor> LoadTensor(const std::string& dir, const std::string& name, const Layout& target, RankContext& ctx,
                              std::optional<DType> dtype) {
-  MF_ASSIGN_OR_RETURN(std::vector<DTensor> v, LoadTensors(dir, {LoadRequest{name, target, dtype}}, comms));
+  MF_ASSIGN_OR_RETURN(std::vector<DTensor> v, LoadTensors(dir, {LoadRequest{name, target, dtype}}, ctx));
   return std::move(v.front());
 }
 

@@ -48,13 +48,13 @@
 // Save and load are collective: when any rank fails, every rank returns an error (the first
 // failing rank's, with context "rank r").
 //
-//   MF_ASSIGN_OR_RETURN(MeshComms comms, MeshComms::Create(world_comm, mesh_2x4));
-//   MF_RETURN_IF_ERROR(SaveCheckpoint("ckpt/step100", {{"w", &w}, {"b", &b}}, comms,
+//   MF_ASSIGN_OR_RETURN(RankContext ctx, RankContext::Create(world_comm, mesh_2x4));
+//   MF_RETURN_IF_ERROR(SaveCheckpoint("ckpt/step100", {{"w", &w}, {"b", &b}}, ctx,
 //                                     {.extra_state = loader_state}));
 //   // ... later, on another mesh
-//   MF_ASSIGN_OR_RETURN(MeshComms comms8, MeshComms::Create(world_comm, mesh_8));
+//   MF_ASSIGN_OR_RETURN(RankContext ctx8, RankContext::Create(world_comm, mesh_8));
 //   MF_ASSIGN_OR_RETURN(Layout target, Layout::Create({1024, 512}, mesh_8, {Shard{1}}));
-//   MF_ASSIGN_OR_RETURN(DTensor w2, LoadTensor("ckpt/step100", "w", target, comms8));
+//   MF_ASSIGN_OR_RETURN(DTensor w2, LoadTensor("ckpt/step100", "w", target, ctx8));
 //   MF_ASSIGN_OR_RETURN(std::string state, LoadExtraState("ckpt/step100"));
 #ifndef MESHFLOW_CHECKPOINT_CHECKPOINT_H_
 #define MESHFLOW_CHECKPOINT_CHECKPOINT_H_
@@ -69,7 +69,7 @@
 
 #include "meshflow/base/status.h"
 #include "meshflow/checkpoint/format.h"
-#include "meshflow/collectives/mesh_comms.h"
+#include "meshflow/runtime/rank_context.h"
 #include "meshflow/dtensor/dtensor.h"
 #include "meshflow/dtensor/layout.h"
 
@@ -115,17 +115,17 @@ struct SaveInfo {
   int stale_temp_dirs_removed = 0;
 };
 
-// Collective over comms.mesh(): every rank passes the same names with its part of the same
-// DTensors (same order, layouts on comms.mesh()). Errors: empty or duplicate name, a tensor on
+// Collective over ctx.mesh(): every rank passes the same names with its part of the same
+// DTensors (same order, layouts on ctx.mesh()). Errors: empty or duplicate name, a tensor on
 // another mesh, ranks passing different tensor lists (FailedPrecondition), checksum_block_bytes
 // <= 0, `dir` exists but is not a checkpoint (FailedPrecondition), I/O errors (naming the path),
 // injected crashes (Aborted), another save of `dir` in progress (Aborted, naming the lock holder).
 Status SaveCheckpoint(const std::string& dir, const std::vector<std::pair<std::string, const DTensor*>>& tensors,
-                      MeshComms& comms, const SaveOptions& options = {});
+                      RankContext& ctx, const SaveOptions& options = {});
 
 struct LoadRequest {
   std::string name{};
-  Layout layout;                  // target layout; its mesh must be comms.mesh()
+  Layout layout;                  // target layout; its mesh must be ctx.mesh()
   std::optional<DType> dtype{};   // when set, must equal the saved dtype
 };
 
@@ -136,11 +136,11 @@ struct LoadStats {
   int64_t files_opened = 0;
 };
 
-// Collective over comms.mesh(). Returns this rank's part of each requested tensor.
+// Collective over ctx.mesh(). Returns this rank's part of each requested tensor.
 StatusOr<std::vector<DTensor>> LoadTensors(const std::string& dir, const std::vector<LoadRequest>& requests,
-                                           MeshComms& comms, LoadStats* stats = nullptr);
+                                           RankContext& ctx, LoadStats* stats = nullptr);
 // One tensor; `dtype`, when set, must equal the saved dtype.
-StatusOr<DTensor> LoadTensor(const std::string& dir, const std::string& name, const Layout& target, MeshComms& comms,
+StatusOr<DTensor> LoadTensor(const std::string& dir, const std::string& name, const Layout& target, RankContext& ctx,
                              std::optional<DType> dtype = std::nullopt);
 
 // The SaveOptions::extra_state of the checkpoint at dir (local, no communication).

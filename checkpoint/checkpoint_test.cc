@@ -26,7 +26,7 @@
 
 #include "meshflow/base/checksum.h"
 #include "meshflow/checkpoint/format.h"
-#include "meshflow/collectives/mesh_comms.h"
+#include "meshflow/runtime/rank_context.h"
 #include "meshflow/collectives/threads/threads_world.h"
 #include "meshflow/dtensor/dtensor.h"
 
@@ -93,7 +93,7 @@ Layout MakeLayout(const Spec& s, const DeviceMesh& mesh, const std::string& plac
 Status SaveSpecs(const std::string& dir, const std::vector<Spec>& specs, const DeviceMesh& mesh,
                  const SaveOptions& options = {}, int seed = 0) {
   return WorldOf(mesh.size()).Run([&](Communicator& comm) -> Status {
-    MF_ASSIGN_OR_RETURN(MeshComms comms, MeshComms::Create(comm, mesh));
+    MF_ASSIGN_OR_RETURN(RankContext ctx, RankContext::Create(comm, mesh));
     std::vector<DTensor> xs;
     for (const Spec& s : specs) {
       MF_ASSIGN_OR_RETURN(DTensor x, Distribute(GlobalFor(s.dtype, s.shape, seed), MakeLayout(s, mesh, s.placements, s.order),
@@ -102,7 +102,7 @@ Status SaveSpecs(const std::string& dir, const std::vector<Spec>& specs, const D
     }
     std::vector<std::pair<std::string, const DTensor*>> named;
     for (size_t i = 0; i < specs.size(); ++i) named.emplace_back(specs[i].name, &xs[i]);
-    return SaveCheckpoint(dir, named, comms, options);
+    return SaveCheckpoint(dir, named, ctx, options);
   });
 }
 
@@ -122,8 +122,8 @@ std::string LoadAndCompare(const std::string& dir, const std::vector<Spec>& spec
   std::mutex mu;
   std::string failure;
   const Status st = WorldOf(mesh.size()).Run([&](Communicator& comm) -> Status {
-    MF_ASSIGN_OR_RETURN(MeshComms comms, MeshComms::Create(comm, mesh));
-    MF_ASSIGN_OR_RETURN(std::vector<DTensor> got, LoadTensors(dir, reqs, comms));
+    MF_ASSIGN_OR_RETURN(RankContext ctx, RankContext::Create(comm, mesh));
+    MF_ASSIGN_OR_RETURN(std::vector<DTensor> got, LoadTensors(dir, reqs, ctx));
     for (size_t i = 0; i < reqs.size(); ++i) {
       MF_ASSIGN_OR_RETURN(Tensor want,
                           ReferenceLocal(GlobalFor(used[i]->dtype, used[i]->shape, seed), reqs[i].layout, comm.world_rank()));
@@ -152,8 +152,8 @@ std::vector<Status> LoadStatuses(const std::string& dir, const std::string& name
   }
   const Layout layout = Layout::Create(shape, mesh, *ParsePlacements(ps)).value();
   Status run = WorldOf(mesh.size()).Run([&](Communicator& comm) -> Status {
-    MF_ASSIGN_OR_RETURN(MeshComms comms, MeshComms::Create(comm, mesh));
-    out[comm.world_rank()] = LoadTensor(dir, name, layout, comms, dtype).status();
+    MF_ASSIGN_OR_RETURN(RankContext ctx, RankContext::Create(comm, mesh));
+    out[comm.world_rank()] = LoadTensor(dir, name, layout, ctx, dtype).status();
     return Status();
   });
   EXPECT_TRUE(run.ok()) << run;
@@ -244,8 +244,8 @@ TEST(CheckpointTest, PartialReadsReadOnlyNeededBlocks) {
       const Layout layout = Layout::Create(spec.shape, mesh, *ParsePlacements(ps)).value();
       std::vector<LoadStats> stats(static_cast<size_t>(n));
       Status st = WorldOf(n).Run([&](Communicator& comm) -> Status {
-        MF_ASSIGN_OR_RETURN(MeshComms comms, MeshComms::Create(comm, mesh));
-        MF_ASSIGN_OR_RETURN(auto got, LoadTensors(dir, {LoadRequest{"w", layout}}, comms, &stats[comm.world_rank()]));
+        MF_ASSIGN_OR_RETURN(RankContext ctx, RankContext::Create(comm, mesh));
+        MF_ASSIGN_OR_RETURN(auto got, LoadTensors(dir, {LoadRequest{"w", layout}}, ctx, &stats[comm.world_rank()]));
         MF_ASSIGN_OR_RETURN(Tensor want, ReferenceLocal(GlobalFor(spec.dtype, spec.shape), layout, comm.world_rank()));
         if (!(got[0].local() == want)) return InternalError("mismatch");
         return Status();
@@ -304,8 +304,8 @@ TEST(CheckpointTest, LoadReadsEachNeededBlockOnceAndWholeBlocksOnly) {
     std::vector<LoadStats> stats(static_cast<size_t>(mesh.size()));
     ASSERT_TRUE(WorldOf(mesh.size())
                     .Run([&](Communicator& comm) -> Status {
-                      MF_ASSIGN_OR_RETURN(MeshComms comms, MeshComms::Create(comm, mesh));
-                      MF_ASSIGN_OR_RETURN(auto got, LoadTensors(dir, {LoadRequest{"w", layout}}, comms,
+                      MF_ASSIGN_OR_RETURN(RankContext ctx, RankContext::Create(comm, mesh));
+                      MF_ASSIGN_OR_RETURN(auto got, LoadTensors(dir, {LoadRequest{"w", layout}}, ctx,
                                                                 &stats[comm.world_rank()]));
                       MF_ASSIGN_OR_RETURN(Tensor want, ReferenceLocal(GlobalFor(spec.dtype, spec.shape), layout,
                                                                       comm.world_rank()));
@@ -348,8 +348,8 @@ TEST(CheckpointTest, CorruptionInsideDirectReadsIsRefusedAndNothingIsReturned) {
     std::vector<int> returned(static_cast<size_t>(mesh.size()), 0);
     ASSERT_TRUE(WorldOf(mesh.size())
                     .Run([&](Communicator& comm) -> Status {
-                      MF_ASSIGN_OR_RETURN(MeshComms comms, MeshComms::Create(comm, mesh));
-                      StatusOr<std::vector<DTensor>> got = LoadTensors(dir, {LoadRequest{"w", layout}}, comms);
+                      MF_ASSIGN_OR_RETURN(RankContext ctx, RankContext::Create(comm, mesh));
+                      StatusOr<std::vector<DTensor>> got = LoadTensors(dir, {LoadRequest{"w", layout}}, ctx);
                       out[comm.world_rank()] = got.status();
                       returned[comm.world_rank()] = got.ok() ? static_cast<int>(got->size()) : 0;
                       return Status();
@@ -510,12 +510,12 @@ TEST(CheckpointTest, SaveRejectsBadInputsOnEveryRank) {
   std::vector<Status> out(2);
   ASSERT_TRUE(WorldOf(2)
                   .Run([&](Communicator& comm) -> Status {
-                    MF_ASSIGN_OR_RETURN(MeshComms comms, MeshComms::Create(comm, mesh));
+                    MF_ASSIGN_OR_RETURN(RankContext ctx, RankContext::Create(comm, mesh));
                     MF_ASSIGN_OR_RETURN(DTensor x, Distribute(GlobalFor(DType::kF32, {4}), layout, comm.world_rank()));
                     // Only rank 1 passes a duplicate name: both ranks must fail.
                     std::vector<std::pair<std::string, const DTensor*>> named = {{"a", &x}};
                     if (comm.world_rank() == 1) named.push_back({"a", &x});
-                    out[comm.world_rank()] = SaveCheckpoint(dir, named, comms);
+                    out[comm.world_rank()] = SaveCheckpoint(dir, named, ctx);
                     return Status();
                   })
                   .ok());
@@ -526,9 +526,9 @@ TEST(CheckpointTest, SaveRejectsBadInputsOnEveryRank) {
   std::ofstream(dir + "/precious.txt") << "x";
   ASSERT_TRUE(WorldOf(2)
                   .Run([&](Communicator& comm) -> Status {
-                    MF_ASSIGN_OR_RETURN(MeshComms comms, MeshComms::Create(comm, mesh));
+                    MF_ASSIGN_OR_RETURN(RankContext ctx, RankContext::Create(comm, mesh));
                     MF_ASSIGN_OR_RETURN(DTensor x, Distribute(GlobalFor(DType::kF32, {4}), layout, comm.world_rank()));
-                    out[comm.world_rank()] = SaveCheckpoint(dir, {{"a", &x}}, comms);
+                    out[comm.world_rank()] = SaveCheckpoint(dir, {{"a", &x}}, ctx);
                     return Status();
                   })
                   .ok());
@@ -563,7 +563,7 @@ std::vector<Status> SaveStep(ThreadWorld& world, const std::string& dir, const D
   std::vector<Status> out(static_cast<size_t>(mesh.size()));
   if (infos != nullptr) infos->assign(static_cast<size_t>(mesh.size()), SaveInfo{});
   const Status run = world.Run([&](Communicator& comm) -> Status {
-    MF_ASSIGN_OR_RETURN(MeshComms comms, MeshComms::Create(comm, mesh));
+    MF_ASSIGN_OR_RETURN(RankContext ctx, RankContext::Create(comm, mesh));
     const Layout wl = Layout::Create({24, 10}, mesh, *ParsePlacements(mesh.ndim() == 2 ? "S(0),S(1)" : "S(0)")).value();
     const Layout sl = Layout::Create({}, mesh, *ParsePlacements(mesh.ndim() == 2 ? "R,R" : "R")).value();
     MF_ASSIGN_OR_RETURN(DTensor w, Distribute(GlobalFor(DType::kF32, {24, 10}, step), wl, comm.world_rank()));
@@ -574,7 +574,7 @@ std::vector<Status> SaveStep(ThreadWorld& world, const std::string& dir, const D
     o.extra_state = "step " + std::to_string(step);
     if (infos != nullptr) o.info = &(*infos)[comm.world_rank()];
     Status& mine = out[comm.world_rank()];
-    mine = SaveCheckpoint(dir, {{"w", &w}, {"step", &stp}}, comms, o);
+    mine = SaveCheckpoint(dir, {{"w", &w}, {"step", &stp}}, ctx, o);
     return mine;
   });
   if (run_status != nullptr) *run_status = run;
@@ -596,9 +596,9 @@ LoadOutcome LoadStep(ThreadWorld& world, const std::string& dir, const DeviceMes
   const Layout wl = Layout::Create({24, 10}, mesh, *ParsePlacements("S(1)")).value();
   const Layout sl = Layout::Create({}, mesh, *ParsePlacements("R")).value();
   o.status = world.Run([&](Communicator& comm) -> Status {
-    MF_ASSIGN_OR_RETURN(MeshComms comms, MeshComms::Create(comm, mesh));
+    MF_ASSIGN_OR_RETURN(RankContext ctx, RankContext::Create(comm, mesh));
     MF_ASSIGN_OR_RETURN(std::vector<DTensor> got,
-                        LoadTensors(dir, {LoadRequest{"w", wl, DType::kF32}, LoadRequest{"step", sl, DType::kI64}}, comms));
+                        LoadTensors(dir, {LoadRequest{"w", wl, DType::kF32}, LoadRequest{"step", sl, DType::kI64}}, ctx));
     const int r = comm.world_rank();
     const int64_t step = static_cast<int64_t>(got[1].local().GetAsDouble(0));
     o.steps[r] = step;

@@ -1,4 +1,5 @@
-// MeshComms: one rank's communicators for the groups of a DeviceMesh.
+// MeshComms: one rank's communicators for the groups of a DeviceMesh (groups only: the rank's
+// device, streams, buffers and schedules are in runtime/rank_context.h, which holds a MeshComms).
 //
 // Wraps the world communicator of a backend and hands out, per set of mesh dims, the
 // communicator of the group containing this rank (DeviceMesh::Group order). Groups are created
@@ -16,9 +17,7 @@
 #include <vector>
 
 #include "meshflow/base/status.h"
-#include "meshflow/collectives/buffer_pool.h"
 #include "meshflow/collectives/communicator.h"
-#include "meshflow/collectives/send_recv_cache.h"
 #include "meshflow/mesh/device_mesh.h"
 
 namespace meshflow {
@@ -39,22 +38,11 @@ class MeshComms {
   // Errors: bad dims (see DeviceMesh::Group).
   StatusOr<Communicator*> Group(std::span<const int> dims);
 
-  // This rank's pool of step buffers (collectives/buffer_pool.h): the plan executor takes its
-  // step outputs and scratch from it and gives back the buffers it is done with, so a repeated
-  // redistribution allocates nothing in steady state. Clear() it to free the memory.
-  BufferPool& buffers() { return buffers_; }
-
-  // This rank's send_recv step bookkeeping (collectives/send_recv_cache.h): the executor computes
-  // a step's sends and receives once and reuses them on every later execution of an equal step.
-  SendRecvCache& send_recv_cache() { return send_recv_cache_; }
-
  private:
   MeshComms(std::shared_ptr<Communicator> world, DeviceMesh mesh) : world_(std::move(world)), mesh_(std::move(mesh)) {}
   std::shared_ptr<Communicator> world_;
   DeviceMesh mesh_;
   std::map<std::vector<int>, std::shared_ptr<Communicator>> groups_;
-  BufferPool buffers_;
-  SendRecvCache send_recv_cache_;
 };
 
 }  // namespace meshflow

@@ -3,7 +3,7 @@
 // A DTensor value lives on one rank (in the in-process world, one per thread). Functions here are
 // local (no communication): `Distribute` slices a global tensor every rank already holds,
 // `FromLocal` wraps a local buffer after checking its shape against the layout. Gathering
-// (`FullTensor`) and `Redistribute` need a Communicator and live in collectives/dtensor_api.h.
+// (`FullTensor`) and `Redistribute` need a Communicator and live in runtime/redistribute.h.
 //
 //   MF_ASSIGN_OR_RETURN(Layout layout, Layout::Create({8, 6}, mesh, {Shard{0}, Replicate{}}));
 //   MF_ASSIGN_OR_RETURN(DTensor x, Distribute(global, layout, my_rank));

@@ -92,7 +92,7 @@ class Layout {
 };
 
 // A hash of every field operator== compares (global shape, mesh shape/ranks/names, placements,
-// shard order), for hashed caches keyed on layouts (planner/plan_cache.h, ops/eager.h). Equal
+// shard order), for hashed caches keyed on layouts (planner/plan_cache.h, runtime/eager.h). Equal
 // layouts hash equal; use operator== to confirm a match. O(1): computed once when the layout is
 // created (the mesh part from DeviceMesh::fingerprint), so a cache lookup never walks rank lists.
 uint64_t HashLayout(const Layout& layout);

@@ -56,7 +56,7 @@ struct DefaultInitAllocator : std::allocator<T> {
 
 // The byte storage of a Tensor. Growing it (resize) leaves the new bytes unspecified; its
 // capacity can pass from one tensor to another (Tensor::ReleaseBuffer, Tensor::Uninitialized), e.g.
-// through a pool (collectives/buffer_pool.h).
+// through a pool (runtime/buffer_pool.h).
 using TensorBuffer = std::vector<std::byte, tensor_internal::DefaultInitAllocator<std::byte>>;
 
 class Tensor {

@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "meshflow/base/cli.h"
-#include "meshflow/collectives/dtensor_api.h"
-#include "meshflow/collectives/mesh_comms.h"
+#include "meshflow/runtime/redistribute.h"
+#include "meshflow/runtime/rank_context.h"
 #include "meshflow/collectives/mpi/mpi_communicator.h"
 #include "meshflow/collectives/threads/threads_world.h"
 
@@ -57,10 +57,10 @@ std::string CollectivesText(const Program& p) {
 
 // One rank: execute and compare. `world` is this rank's world communicator.
 Status RunRank(const Program& p, const std::vector<Tensor>& globals, const std::vector<Tensor>& reference,
-               const CostReport& report, Communicator& world, MeshComms& comms, RankResult& out) {
+               const CostReport& report, Communicator& world, RankContext& ctx, RankResult& out) {
   MF_ASSIGN_OR_RETURN(std::vector<DTensor> inputs, DistributeInputs(p, globals, world.world_rank()));
   const int64_t before = world.counters().bytes_received;
-  MF_ASSIGN_OR_RETURN(std::vector<DTensor> outs, Execute(p, comms, inputs));
+  MF_ASSIGN_OR_RETURN(std::vector<DTensor> outs, Execute(p, ctx, inputs));
   const int64_t received = world.counters().bytes_received - before;
   MF_ASSIGN_OR_RETURN(int index, p.graph.mesh().IndexOf(world.world_rank()));
   if (received != report.bytes_received_per_rank[static_cast<size_t>(index)]) {
@@ -70,7 +70,7 @@ Status RunRank(const Program& p, const std::vector<Tensor>& globals, const std::
     out.byte_failures = 1;
   }
   for (size_t i = 0; i < outs.size(); ++i) {
-    MF_ASSIGN_OR_RETURN(Tensor full, FullTensor(outs[i], comms));
+    MF_ASSIGN_OR_RETURN(Tensor full, FullTensor(outs[i], ctx));
     const Tensor& want = reference[static_cast<size_t>(p.graph.outputs()[i])];
     if (!(outs[i].layout() == p.output_layouts[i]) || full.shape() != want.shape()) {
       out.output_failures += 1;
@@ -157,9 +157,9 @@ int RunThreads(const std::string& name, const BuildFn& build, const CheckFn& che
   std::mutex mu;
   RankResult total;
   const Status run = (*world)->Run([&](Communicator& comm) -> Status {
-    MF_ASSIGN_OR_RETURN(MeshComms comms, MeshComms::Create(comm, *mesh));
+    MF_ASSIGN_OR_RETURN(RankContext ctx, RankContext::Create(comm, *mesh));
     RankResult mine;
-    MF_RETURN_IF_ERROR(RunRank(setup->program, setup->globals, setup->reference, setup->report, comm, comms, mine));
+    MF_RETURN_IF_ERROR(RunRank(setup->program, setup->globals, setup->reference, setup->report, comm, ctx, mine));
     std::lock_guard<std::mutex> lock(mu);
     Combine(total, mine);
     return Status::Ok();
@@ -182,10 +182,10 @@ int RunMpi(const std::string& name, const BuildFn& build, const CheckFn& check) 
   if (!mesh.ok()) MpiAbort(mesh.status());
   StatusOr<Setup> setup = Prepare(name, build, check, *mesh, "mpi", root);
   if (!setup.ok()) MpiAbort(setup.status());
-  auto comms = MeshComms::Create(*world, *mesh);
-  if (!comms.ok()) MpiAbort(comms.status());
+  auto ctx = RankContext::Create(*world, *mesh);
+  if (!ctx.ok()) MpiAbort(ctx.status());
   RankResult r;
-  const Status s = RunRank(setup->program, setup->globals, setup->reference, setup->report, **world, *comms, r);
+  const Status s = RunRank(setup->program, setup->globals, setup->reference, setup->report, **world, *ctx, r);
   if (!s.ok()) MpiAbort(s);
   // Combine over the world: max of the errors, sum of the failures.
   double maxes[2] = {r.max_abs_error, r.max_tolerance_ratio};

@@ -25,8 +25,8 @@
 
 #include "meshflow/base/status.h"
 #include "meshflow/mesh/device_mesh.h"
-#include "meshflow/ops/graph.h"
-#include "meshflow/ops/program.h"
+#include "meshflow/compiler/graph.h"
+#include "meshflow/compiler/program.h"
 
 namespace meshflow::examples {
 

@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "meshflow/base/cli.h"
-#include "meshflow/collectives/dtensor_api.h"
-#include "meshflow/collectives/mesh_comms.h"
+#include "meshflow/runtime/redistribute.h"
+#include "meshflow/runtime/rank_context.h"
 #include "meshflow/collectives/threads/threads_world.h"
 #include "meshflow/dtensor/dtensor.h"
 #include "meshflow/dtensor/layout.h"
@@ -70,9 +70,9 @@ Status Main() {
     std::mutex mu;
     int mismatches = 0;
     Status run = world->Run([&](Communicator& comm) -> Status {
-      MF_ASSIGN_OR_RETURN(MeshComms comms, MeshComms::Create(comm, mesh));
+      MF_ASSIGN_OR_RETURN(RankContext ctx, RankContext::Create(comm, mesh));
       MF_ASSIGN_OR_RETURN(DTensor d, Distribute(global, layout, comm.world_rank()));
-      MF_ASSIGN_OR_RETURN(Tensor full, FullTensor(d, comms));
+      MF_ASSIGN_OR_RETURN(Tensor full, FullTensor(d, ctx));
       if (!(full == global)) {
         std::lock_guard<std::mutex> lock(mu);
         ++mismatches;
@@ -93,9 +93,9 @@ Status Main() {
   std::mutex mu;
   int bad = 0;
   MF_RETURN_IF_ERROR(world->Run([&](Communicator& comm) -> Status {
-    MF_ASSIGN_OR_RETURN(MeshComms comms, MeshComms::Create(comm, mesh));
+    MF_ASSIGN_OR_RETURN(RankContext ctx, RankContext::Create(comm, mesh));
     MF_ASSIGN_OR_RETURN(DTensor d, Distribute(g8, from, comm.world_rank()));
-    MF_ASSIGN_OR_RETURN(DTensor e, Redistribute(d, to, comms));
+    MF_ASSIGN_OR_RETURN(DTensor e, Redistribute(d, to, ctx));
     MF_ASSIGN_OR_RETURN(Tensor want, ReferenceLocal(g8, to, comm.world_rank()));
     if (!(e.local() == want)) {
       std::lock_guard<std::mutex> lock(mu);

@@ -1,7 +1,7 @@
 // train_mlp: a 2-layer MLP regression trained with AdamW for 20 steps on one rank, then on 4
 // thread ranks under each parallel plan: ddp, zero1, fsdp, tp, fsdp+tp. The plans are only
 // layouts (of the batch, the params and the optimizer state); autograd (autograd/) computes the
-// gradients with sharded ops, and the optimizer (train/optimizer.h) redistributes each gradient to
+// gradients with sharded ops, and the optimizer (optim/optimizer.h) redistributes each gradient to
 // its state layout, so every collective is one the planner chose.
 //
 //   bazel run --config=opt //examples:train_mlp
@@ -37,16 +37,16 @@
 #include "meshflow/autograd/variable.h"
 #include "meshflow/base/cli.h"
 #include "meshflow/base/parse.h"
-#include "meshflow/collectives/dtensor_api.h"
-#include "meshflow/collectives/mesh_comms.h"
+#include "meshflow/runtime/redistribute.h"
+#include "meshflow/runtime/rank_context.h"
 #include "meshflow/collectives/threads/threads_world.h"
 #include "meshflow/dtensor/dtensor.h"
 #include "meshflow/dtensor/layout.h"
 #include "meshflow/mesh/device_mesh.h"
-#include "meshflow/ops/graph.h"
-#include "meshflow/ops/program.h"
+#include "meshflow/compiler/graph.h"
+#include "meshflow/compiler/program.h"
 #include "meshflow/train/compiled_step.h"
-#include "meshflow/train/optimizer.h"
+#include "meshflow/optim/optimizer.h"
 
 namespace meshflow {
 namespace {
@@ -137,7 +137,7 @@ struct RunResult {
 };
 
 // loss = mean((gelu(x w1 + b1) w2 + b2 - y)^2)
-StatusOr<Variable> Loss(const std::vector<Variable>& p, const Variable& x, const Variable& y, MeshComms& c) {
+StatusOr<Variable> Loss(const std::vector<Variable>& p, const Variable& x, const Variable& y, RankContext& c) {
   MF_ASSIGN_OR_RETURN(Variable h, autograd::Matmul(x, p[0], c));
   MF_ASSIGN_OR_RETURN(Variable hb, autograd::Add(h, p[1], c));
   MF_ASSIGN_OR_RETURN(Variable a, autograd::Gelu(hb, c));
@@ -154,7 +154,7 @@ StatusOr<RunResult> Train(const PlanSpec& plan, const Problem& prob, int steps) 
   RunResult result;
   result.params.assign(4, Tensor::Zeros(DType::kF32, {}));
   MF_RETURN_IF_ERROR(world->Run([&](Communicator& comm) -> Status {
-    MF_ASSIGN_OR_RETURN(MeshComms comms, MeshComms::Create(comm, mesh));
+    MF_ASSIGN_OR_RETURN(RankContext ctx, RankContext::Create(comm, mesh));
     const int rank = comm.world_rank();
     std::vector<Variable> params;
     std::vector<ParamSpec> specs;
@@ -174,7 +174,7 @@ StatusOr<RunResult> Train(const PlanSpec& plan, const Problem& prob, int steps) 
     }
     AdamWOptions options;
     options.lr = 1e-2;
-    MF_ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> opt, AdamW::Create(std::move(specs), options, comms));
+    MF_ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> opt, AdamW::Create(std::move(specs), options, ctx));
     MF_ASSIGN_OR_RETURN(Layout xl, Layout::Create({kBatch, kIn}, mesh, plan.batch));
     MF_ASSIGN_OR_RETURN(Layout yl, Layout::Create({kBatch, kOut}, mesh, plan.batch));
     MF_ASSIGN_OR_RETURN(DTensor xd, Distribute(prob.x, xl, rank));
@@ -183,20 +183,20 @@ StatusOr<RunResult> Train(const PlanSpec& plan, const Problem& prob, int steps) 
     MF_ASSIGN_OR_RETURN(Variable y, Variable::Leaf(std::move(yd), false));
     double initial = 0, final_loss = 0;
     for (int step = 0; step <= steps; ++step) {
-      MF_ASSIGN_OR_RETURN(Variable loss, Loss(params, x, y, comms));
-      MF_ASSIGN_OR_RETURN(Tensor l, FullTensor(loss.value(), comms));
+      MF_ASSIGN_OR_RETURN(Variable loss, Loss(params, x, y, ctx));
+      MF_ASSIGN_OR_RETURN(Tensor l, FullTensor(loss.value(), ctx));
       if (step == 0) initial = l.GetAsDouble(0);
       final_loss = l.GetAsDouble(0);
       if (step == steps) break;
-      MF_RETURN_IF_ERROR(Backward(loss, comms));
+      MF_RETURN_IF_ERROR(Backward(loss, ctx));
       std::vector<const DTensor*> grads;
       for (const Variable& p : params) grads.push_back(p.grad() ? &*p.grad() : nullptr);
-      MF_RETURN_IF_ERROR(opt->Step(grads, comms));
+      MF_RETURN_IF_ERROR(opt->Step(grads, ctx));
       for (Variable& p : params) p.ZeroGrad();
     }
     std::vector<Tensor> full;
     for (const Variable& p : params) {
-      MF_ASSIGN_OR_RETURN(Tensor f, FullTensor(p.value(), comms));
+      MF_ASSIGN_OR_RETURN(Tensor f, FullTensor(p.value(), ctx));
       full.push_back(std::move(f));
     }
     if (rank == 0) {
@@ -264,7 +264,7 @@ StatusOr<CompiledRun> TrainCompiled(const PlanSpec& plan, const Problem& prob, i
   MF_ASSIGN_OR_RETURN(std::unique_ptr<ThreadWorld> world, ThreadWorld::Create(mesh.size()));
   out.result.params.assign(4, Tensor::Zeros(DType::kF32, {}));
   MF_RETURN_IF_ERROR(world->Run([&](Communicator& comm) -> Status {
-    MF_ASSIGN_OR_RETURN(MeshComms comms, MeshComms::Create(comm, mesh));
+    MF_ASSIGN_OR_RETURN(RankContext ctx, RankContext::Create(comm, mesh));
     const int rank = comm.world_rank();
     std::vector<DTensor> params;
     for (size_t i = 0; i < 4; ++i) {
@@ -282,17 +282,17 @@ StatusOr<CompiledRun> TrainCompiled(const PlanSpec& plan, const Problem& prob, i
     batch.push_back(std::move(yd));
     double initial = 0;
     for (int s = 0; s < steps; ++s) {
-      MF_ASSIGN_OR_RETURN(double l, runner.Step(batch, comms));
+      MF_ASSIGN_OR_RETURN(double l, runner.Step(batch, ctx));
       if (s == 0) initial = l;
     }
     // The forward program's inputs: x, y, then the params (declaration order).
     std::vector<const DTensor*> in = {&batch[0], &batch[1]};
     for (const DTensor& t : runner.params()) in.push_back(&t);
-    MF_ASSIGN_OR_RETURN(std::vector<DTensor> final_loss, ExecuteBorrowed(eval, comms, in));
-    MF_ASSIGN_OR_RETURN(Tensor fl, FullTensor(final_loss[0], comms));
+    MF_ASSIGN_OR_RETURN(std::vector<DTensor> final_loss, ExecuteBorrowed(eval, ctx, in));
+    MF_ASSIGN_OR_RETURN(Tensor fl, FullTensor(final_loss[0], ctx));
     std::vector<Tensor> full;
     for (const DTensor& t : runner.params()) {
-      MF_ASSIGN_OR_RETURN(Tensor f, FullTensor(t, comms));
+      MF_ASSIGN_OR_RETURN(Tensor f, FullTensor(t, ctx));
       full.push_back(std::move(f));
     }
     if (rank == 0) {

@@ -37,14 +37,14 @@ std::string GptConfig::ToString() const {
          " mlp_hidden=" + std::to_string(mlp_hidden) + " seed=" + std::to_string(seed);
 }
 
-StatusOr<std::unique_ptr<GptBlock>> GptBlock::Create(const GptConfig& c, uint64_t seed, const MeshComms& comms) {
+StatusOr<std::unique_ptr<GptBlock>> GptBlock::Create(const GptConfig& c, uint64_t seed, const RankContext& ctx) {
   std::unique_ptr<GptBlock> b(new GptBlock());
-  MF_ASSIGN_OR_RETURN(b->ln1_, nn::LayerNorm::Create({.dim = c.dim}, comms));
+  MF_ASSIGN_OR_RETURN(b->ln1_, nn::LayerNorm::Create({.dim = c.dim}, ctx));
   MF_ASSIGN_OR_RETURN(b->attn_, nn::CausalSelfAttention::Create(
-                                    {.dim = c.dim, .num_heads = c.heads, .bias = false, .seed = seed + 1}, comms));
-  MF_ASSIGN_OR_RETURN(b->ln2_, nn::LayerNorm::Create({.dim = c.dim}, comms));
+                                    {.dim = c.dim, .num_heads = c.heads, .bias = false, .seed = seed + 1}, ctx));
+  MF_ASSIGN_OR_RETURN(b->ln2_, nn::LayerNorm::Create({.dim = c.dim}, ctx));
   MF_ASSIGN_OR_RETURN(b->mlp_,
-                      nn::Mlp::Create({.in = c.dim, .hidden = c.mlp_hidden, .out = c.dim, .seed = seed + 2}, comms));
+                      nn::Mlp::Create({.in = c.dim, .hidden = c.mlp_hidden, .out = c.dim, .seed = seed + 2}, ctx));
   b->RegisterModule("ln1", b->ln1_.get());
   b->RegisterModule("attn", b->attn_.get());
   b->RegisterModule("ln2", b->ln2_.get());
@@ -52,30 +52,30 @@ StatusOr<std::unique_ptr<GptBlock>> GptBlock::Create(const GptConfig& c, uint64_
   return b;
 }
 
-StatusOr<Variable> GptBlock::Forward(const Variable& x, MeshComms& comms) const {
-  MF_ASSIGN_OR_RETURN(Variable h1, ln1_->Forward(x, comms));
-  MF_ASSIGN_OR_RETURN(Variable a, attn_->Forward(h1, comms));
-  MF_ASSIGN_OR_RETURN(Variable r1, autograd::Add(x, a, comms));
-  MF_ASSIGN_OR_RETURN(Variable h2, ln2_->Forward(r1, comms));
-  MF_ASSIGN_OR_RETURN(Variable m, mlp_->Forward(h2, comms));
-  return autograd::Add(r1, m, comms);
+StatusOr<Variable> GptBlock::Forward(const Variable& x, RankContext& ctx) const {
+  MF_ASSIGN_OR_RETURN(Variable h1, ln1_->Forward(x, ctx));
+  MF_ASSIGN_OR_RETURN(Variable a, attn_->Forward(h1, ctx));
+  MF_ASSIGN_OR_RETURN(Variable r1, autograd::Add(x, a, ctx));
+  MF_ASSIGN_OR_RETURN(Variable h2, ln2_->Forward(r1, ctx));
+  MF_ASSIGN_OR_RETURN(Variable m, mlp_->Forward(h2, ctx));
+  return autograd::Add(r1, m, ctx);
 }
 
-StatusOr<std::unique_ptr<Gpt>> Gpt::Create(const GptConfig& c, const MeshComms& comms) {
+StatusOr<std::unique_ptr<Gpt>> Gpt::Create(const GptConfig& c, const RankContext& ctx) {
   MF_RETURN_IF_ERROR(c.Validate());
   std::unique_ptr<Gpt> g(new Gpt(c));
   const uint64_t s = c.seed * 1000;
-  MF_ASSIGN_OR_RETURN(g->tok_, nn::Embedding::Create({.num = c.vocab, .dim = c.dim, .seed = s + 1}, comms));
-  MF_ASSIGN_OR_RETURN(g->pos_, nn::Embedding::Create({.num = c.seq_len, .dim = c.dim, .seed = s + 2}, comms));
+  MF_ASSIGN_OR_RETURN(g->tok_, nn::Embedding::Create({.num = c.vocab, .dim = c.dim, .seed = s + 1}, ctx));
+  MF_ASSIGN_OR_RETURN(g->pos_, nn::Embedding::Create({.num = c.seq_len, .dim = c.dim, .seed = s + 2}, ctx));
   g->RegisterModule("tok", g->tok_.get());
   g->RegisterModule("pos", g->pos_.get());
   for (int64_t i = 0; i < c.layers; ++i) {
-    MF_ASSIGN_OR_RETURN(std::unique_ptr<GptBlock> b, GptBlock::Create(c, s + 10 * (static_cast<uint64_t>(i) + 1), comms));
+    MF_ASSIGN_OR_RETURN(std::unique_ptr<GptBlock> b, GptBlock::Create(c, s + 10 * (static_cast<uint64_t>(i) + 1), ctx));
     g->blocks_.push_back(std::move(b));
     g->RegisterModule("h" + std::to_string(i), g->blocks_.back().get());
   }
-  MF_ASSIGN_OR_RETURN(g->ln_f_, nn::LayerNorm::Create({.dim = c.dim}, comms));
-  MF_ASSIGN_OR_RETURN(g->head_, nn::Linear::Create({.in = c.dim, .out = c.vocab, .bias = false, .seed = s + 3}, comms));
+  MF_ASSIGN_OR_RETURN(g->ln_f_, nn::LayerNorm::Create({.dim = c.dim}, ctx));
+  MF_ASSIGN_OR_RETURN(g->head_, nn::Linear::Create({.in = c.dim, .out = c.vocab, .bias = false, .seed = s + 3}, ctx));
   g->RegisterModule("ln_f", g->ln_f_.get());
   g->RegisterModule("head", g->head_.get());
   return g;
@@ -91,7 +91,7 @@ int64_t Gpt::NumParameters() {
   return n;
 }
 
-StatusOr<Variable> Gpt::Forward(const Variable& ids, MeshComms& comms) const {
+StatusOr<Variable> Gpt::Forward(const Variable& ids, RankContext& ctx) const {
   const std::vector<int64_t>& s = ids.value().global_shape();
   if (s.size() != 2 || s[1] > config_.seq_len || s[1] < 1) {
     return InvalidArgumentError("Gpt::Forward: ids must be [batch, T] with 1 <= T <= seq_len " +
@@ -102,19 +102,19 @@ StatusOr<Variable> Gpt::Forward(const Variable& ids, MeshComms& comms) const {
   for (int64_t i = 0; i < t; ++i) positions.SetFromDouble(i, static_cast<double>(i));
   const DeviceMesh& mesh = ids.value().layout().mesh();
   MF_ASSIGN_OR_RETURN(Layout pl, Layout::Create({t}, mesh, Placements(static_cast<size_t>(mesh.ndim()), Replicate{})));
-  MF_ASSIGN_OR_RETURN(DTensor pd, Distribute(positions, pl, comms.world_rank()));
+  MF_ASSIGN_OR_RETURN(DTensor pd, Distribute(positions, pl, ctx.world_rank()));
   MF_ASSIGN_OR_RETURN(Variable pos_ids, Variable::Leaf(std::move(pd), false));
-  MF_ASSIGN_OR_RETURN(Variable te, tok_->Forward(ids, comms));
-  MF_ASSIGN_OR_RETURN(Variable pe, pos_->Forward(pos_ids, comms));
-  MF_ASSIGN_OR_RETURN(Variable x, autograd::Add(te, pe, comms));
+  MF_ASSIGN_OR_RETURN(Variable te, tok_->Forward(ids, ctx));
+  MF_ASSIGN_OR_RETURN(Variable pe, pos_->Forward(pos_ids, ctx));
+  MF_ASSIGN_OR_RETURN(Variable x, autograd::Add(te, pe, ctx));
   for (const std::unique_ptr<GptBlock>& b : blocks_) {
-    MF_ASSIGN_OR_RETURN(x, b->Forward(x, comms));
+    MF_ASSIGN_OR_RETURN(x, b->Forward(x, ctx));
   }
-  MF_ASSIGN_OR_RETURN(Variable h, ln_f_->Forward(x, comms));
-  return head_->Forward(h, comms);
+  MF_ASSIGN_OR_RETURN(Variable h, ln_f_->Forward(x, ctx));
+  return head_->Forward(h, ctx);
 }
 
-StatusOr<Variable> Gpt::Loss(const DTensor& batch, MeshComms& comms) const {
+StatusOr<Variable> Gpt::Loss(const DTensor& batch, RankContext& ctx) const {
   const std::vector<int64_t>& s = batch.global_shape();
   if (s.size() != 2 || s[1] != config_.seq_len + 1 || (batch.dtype() != DType::kI32 && batch.dtype() != DType::kI64)) {
     return InvalidArgumentError("Gpt::Loss: the batch must be i32/i64 [batch, seq_len + 1 = " +
@@ -122,10 +122,10 @@ StatusOr<Variable> Gpt::Loss(const DTensor& batch, MeshComms& comms) const {
                                 " " + ShapeString(s));
   }
   MF_ASSIGN_OR_RETURN(Variable b, Variable::Leaf(batch, false));
-  MF_ASSIGN_OR_RETURN(Variable inputs, autograd::Slice(b, 1, 0, config_.seq_len, 1, comms));
-  MF_ASSIGN_OR_RETURN(Variable targets, autograd::Slice(b, 1, 1, config_.seq_len + 1, 1, comms));
-  MF_ASSIGN_OR_RETURN(Variable logits, Forward(inputs, comms));
-  return autograd::CrossEntropy(logits, targets, LossReduction::kMean, comms);
+  MF_ASSIGN_OR_RETURN(Variable inputs, autograd::Slice(b, 1, 0, config_.seq_len, 1, ctx));
+  MF_ASSIGN_OR_RETURN(Variable targets, autograd::Slice(b, 1, 1, config_.seq_len + 1, 1, ctx));
+  MF_ASSIGN_OR_RETURN(Variable logits, Forward(inputs, ctx));
+  return autograd::CrossEntropy(logits, targets, LossReduction::kMean, ctx);
 }
 
 }  // namespace meshflow::lm

@@ -10,10 +10,10 @@
 // parallel plan starts from the same model.
 //
 //   GptConfig cfg;                     // vocab 256, seq_len 64, dim 64, 4 heads, 2 layers
-//   MF_ASSIGN_OR_RETURN(std::unique_ptr<Gpt> gpt, Gpt::Create(cfg, comms));
+//   MF_ASSIGN_OR_RETURN(std::unique_ptr<Gpt> gpt, Gpt::Create(cfg, ctx));
 //   // batch: i32 [B, seq_len + 1] token windows (data/token_file.h samples)
-//   MF_ASSIGN_OR_RETURN(Variable loss, gpt->Loss(batch, comms));   // mean CE of tokens 1..T
-//   MF_RETURN_IF_ERROR(Backward(loss, comms));
+//   MF_ASSIGN_OR_RETURN(Variable loss, gpt->Loss(batch, ctx));   // mean CE of tokens 1..T
+//   MF_RETURN_IF_ERROR(Backward(loss, ctx));
 //
 // Errors (INVALID_ARGUMENT naming the value): GptConfig::Validate (a size < 1, dim not divisible
 // by heads, vocab > 2^24); Loss of a batch that is not integer [B, seq_len + 1]; the ops' errors.
@@ -27,7 +27,7 @@
 
 #include "meshflow/autograd/variable.h"
 #include "meshflow/base/status.h"
-#include "meshflow/collectives/mesh_comms.h"
+#include "meshflow/runtime/rank_context.h"
 #include "meshflow/dtensor/dtensor.h"
 #include "meshflow/nn/module.h"
 
@@ -52,9 +52,9 @@ struct GptConfig {
 // One pre-norm transformer block.
 class GptBlock : public nn::Module {
  public:
-  static StatusOr<std::unique_ptr<GptBlock>> Create(const GptConfig& config, uint64_t seed, const MeshComms& comms);
+  static StatusOr<std::unique_ptr<GptBlock>> Create(const GptConfig& config, uint64_t seed, const RankContext& ctx);
   std::string_view type_name() const override { return "GptBlock"; }
-  StatusOr<Variable> Forward(const Variable& x, MeshComms& comms) const;
+  StatusOr<Variable> Forward(const Variable& x, RankContext& ctx) const;
 
  private:
   GptBlock() = default;
@@ -65,15 +65,15 @@ class GptBlock : public nn::Module {
 
 class Gpt : public nn::Module {
  public:
-  static StatusOr<std::unique_ptr<Gpt>> Create(const GptConfig& config, const MeshComms& comms);
+  static StatusOr<std::unique_ptr<Gpt>> Create(const GptConfig& config, const RankContext& ctx);
   std::string_view type_name() const override { return "Gpt"; }
   const GptConfig& config() const { return config_; }
 
-  // ids: integer [B, T] with T <= seq_len, any layout on comms' mesh -> logits [B, T, vocab].
-  StatusOr<Variable> Forward(const Variable& ids, MeshComms& comms) const;
+  // ids: integer [B, T] with T <= seq_len, any layout on the context's mesh -> logits [B, T, vocab].
+  StatusOr<Variable> Forward(const Variable& ids, RankContext& ctx) const;
   // batch: integer [B, seq_len + 1]; inputs are columns [0, T), targets columns [1, T + 1).
   // Returns the mean cross-entropy (a scalar Variable).
-  StatusOr<Variable> Loss(const DTensor& batch, MeshComms& comms) const;
+  StatusOr<Variable> Loss(const DTensor& batch, RankContext& ctx) const;
   // Number of parameters (elements of the global tensors).
   int64_t NumParameters();
 

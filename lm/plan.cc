@@ -113,8 +113,8 @@ StatusOr<MeshSpec> ResolveMesh(const PlanKind& plan, const std::optional<MeshSpe
   return *given;
 }
 
-StatusOr<AppliedPlan> ApplyPlan(const PlanKind& plan, Gpt& model, MeshComms& comms) {
-  const DeviceMesh& mesh = comms.mesh();
+StatusOr<AppliedPlan> ApplyPlan(const PlanKind& plan, Gpt& model, RankContext& ctx) {
+  const DeviceMesh& mesh = ctx.mesh();
   AppliedPlan out;
   const GptConfig& c = model.config();
   if (UsesTp(plan)) {
@@ -138,10 +138,10 @@ StatusOr<AppliedPlan> ApplyPlan(const PlanKind& plan, Gpt& model, MeshComms& com
       for (const char* p : {".attn.o", ".mlp.fc2"}) rules.push_back({h + p, nn::RowwiseParallel{}});
     }
     rules.push_back({"head", nn::ColwiseParallel{}});
-    MF_RETURN_IF_ERROR(nn::Parallelize(model, "tp", rules, comms));
+    MF_RETURN_IF_ERROR(nn::Parallelize(model, "tp", rules, ctx));
   }
   if (std::holds_alternative<FsdpPlan>(plan) || std::holds_alternative<FsdpTpPlan>(plan)) {
-    MF_RETURN_IF_ERROR(nn::Parallelize(model, "dp", {{"", nn::Fsdp{}}}, comms));
+    MF_RETURN_IF_ERROR(nn::Parallelize(model, "dp", {{"", nn::Fsdp{}}}, ctx));
   }
   const std::vector<nn::NamedParameter> params = model.NamedParameters();
   out.state_layouts.assign(params.size(), std::nullopt);

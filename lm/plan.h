@@ -1,6 +1,6 @@
 // Parallel plans for the GPT (lm/gpt.h) as configuration: a plan name and a mesh spec become
 // layouts of the params, of the optimizer state and of the batch; the planner picks every
-// collective (train/optimizer.h, nn/parallel.h).
+// collective (optim/optimizer.h, nn/parallel.h).
 //
 //   plan      mesh dims     params                              optimizer state     batch
 //   ddp       dp            Replicate                           = params            Shard(0) over dp
@@ -19,8 +19,8 @@
 //   MF_ASSIGN_OR_RETURN(PlanKind plan, ParsePlan("fsdp+tp"));
 //   MF_ASSIGN_OR_RETURN(MeshSpec spec, ParseMeshSpec("dp=2,tp=2"));
 //   MF_ASSIGN_OR_RETURN(MeshSpec mesh, ResolveMesh(plan, spec, /*world_size=*/4));
-//   // ... build the DeviceMesh, MeshComms and the Gpt, then:
-//   MF_ASSIGN_OR_RETURN(AppliedPlan applied, ApplyPlan(plan, *gpt, comms));
+//   // ... build the DeviceMesh, RankContext and the Gpt, then:
+//   MF_ASSIGN_OR_RETURN(AppliedPlan applied, ApplyPlan(plan, *gpt, ctx));
 //
 // Errors (INVALID_ARGUMENT naming the value): an unknown plan name (listing the known ones), a
 // malformed mesh spec, an unknown or repeated dim name, a mesh whose size is not the world size,
@@ -37,7 +37,7 @@
 #include <vector>
 
 #include "meshflow/base/status.h"
-#include "meshflow/collectives/mesh_comms.h"
+#include "meshflow/runtime/rank_context.h"
 #include "meshflow/dtensor/layout.h"
 #include "meshflow/lm/gpt.h"
 
@@ -74,7 +74,7 @@ struct AppliedPlan {
 };
 
 // Collective: redistributes the model's params to the plan's layouts (nn::Parallelize).
-StatusOr<AppliedPlan> ApplyPlan(const PlanKind& plan, Gpt& model, MeshComms& comms);
+StatusOr<AppliedPlan> ApplyPlan(const PlanKind& plan, Gpt& model, RankContext& ctx);
 
 }  // namespace meshflow::lm
 

@@ -7,7 +7,7 @@
 
 #include "gtest/gtest.h"
 #include "meshflow/autograd/variable.h"
-#include "meshflow/collectives/dtensor_api.h"
+#include "meshflow/runtime/redistribute.h"
 #include "meshflow/collectives/threads/threads_world.h"
 #include "meshflow/lm/gpt.h"
 
@@ -81,20 +81,20 @@ StatusOr<Result> LossAndGrads(const PlanKind& plan, const MeshSpec& spec) {
   MF_ASSIGN_OR_RETURN(std::unique_ptr<ThreadWorld> world, ThreadWorld::Create(mesh.size()));
   Result result;
   MF_RETURN_IF_ERROR(world->Run([&](Communicator& comm) -> Status {
-    MF_ASSIGN_OR_RETURN(MeshComms comms, MeshComms::Create(comm, mesh));
-    MF_ASSIGN_OR_RETURN(std::unique_ptr<Gpt> gpt, Gpt::Create(Tiny(), comms));
-    MF_ASSIGN_OR_RETURN(AppliedPlan applied, ApplyPlan(plan, *gpt, comms));
+    MF_ASSIGN_OR_RETURN(RankContext ctx, RankContext::Create(comm, mesh));
+    MF_ASSIGN_OR_RETURN(std::unique_ptr<Gpt> gpt, Gpt::Create(Tiny(), ctx));
+    MF_ASSIGN_OR_RETURN(AppliedPlan applied, ApplyPlan(plan, *gpt, ctx));
     Placements bp(static_cast<size_t>(mesh.ndim()), Replicate{});
     for (const std::string& d : applied.dp_dims) bp[static_cast<size_t>(mesh.DimIndex(d).value())] = Shard{0};
     MF_ASSIGN_OR_RETURN(Layout bl, Layout::Create({4, 9}, mesh, bp));
     MF_ASSIGN_OR_RETURN(DTensor batch, Distribute(Batch(), bl, comm.world_rank()));
-    MF_ASSIGN_OR_RETURN(Variable loss, gpt->Loss(batch, comms));
-    MF_RETURN_IF_ERROR(Backward(loss, comms));
-    MF_ASSIGN_OR_RETURN(Tensor l, FullTensor(loss.value(), comms));
+    MF_ASSIGN_OR_RETURN(Variable loss, gpt->Loss(batch, ctx));
+    MF_RETURN_IF_ERROR(Backward(loss, ctx));
+    MF_ASSIGN_OR_RETURN(Tensor l, FullTensor(loss.value(), ctx));
     std::vector<Tensor> grads;
     for (const nn::NamedParameter& p : gpt->NamedParameters()) {
       if (!p.variable.grad()) return InternalError("no gradient for " + p.name);
-      MF_ASSIGN_OR_RETURN(Tensor g, FullTensor(*p.variable.grad(), comms));
+      MF_ASSIGN_OR_RETURN(Tensor g, FullTensor(*p.variable.grad(), ctx));
       grads.push_back(std::move(g));
     }
     if (comm.world_rank() == 0) {
@@ -135,9 +135,9 @@ TEST(PlanTest, TpNeedsDivisibleHeads) {
   const DeviceMesh mesh = DeviceMesh::Create({4}, {"tp"}).value();
   std::unique_ptr<ThreadWorld> world = ThreadWorld::Create(4).value();
   const Status s = world->Run([&](Communicator& comm) -> Status {
-    MF_ASSIGN_OR_RETURN(MeshComms comms, MeshComms::Create(comm, mesh));
-    MF_ASSIGN_OR_RETURN(std::unique_ptr<Gpt> gpt, Gpt::Create(Tiny(), comms));  // 2 heads
-    ExpectInvalid(ApplyPlan(TpPlan{}, *gpt, comms).status(), "plan tp: heads 2 is not divisible by the tp size 4");
+    MF_ASSIGN_OR_RETURN(RankContext ctx, RankContext::Create(comm, mesh));
+    MF_ASSIGN_OR_RETURN(std::unique_ptr<Gpt> gpt, Gpt::Create(Tiny(), ctx));  // 2 heads
+    ExpectInvalid(ApplyPlan(TpPlan{}, *gpt, ctx).status(), "plan tp: heads 2 is not divisible by the tp size 4");
     return Status::Ok();
   });
   ASSERT_TRUE(s.ok()) << s;

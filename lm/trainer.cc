@@ -14,14 +14,15 @@
 
 #include "meshflow/autograd/variable.h"
 #include "meshflow/checkpoint/checkpoint.h"
-#include "meshflow/collectives/dtensor_api.h"
-#include "meshflow/collectives/mesh_comms.h"
+#include "meshflow/runtime/redistribute.h"
+#include "meshflow/runtime/rank_context.h"
 #include "meshflow/data/loader.h"
 #include "meshflow/data/token_file.h"
 #include "meshflow/dtensor/layout.h"
 #include "meshflow/dtensor/placement.h"
 #include "meshflow/train/checkpointer.h"
-#include "meshflow/train/optimizer.h"
+#include "meshflow/optim/optimizer.h"
+#include "meshflow/optim/schedule.h"
 
 namespace meshflow::lm {
 namespace {
@@ -196,18 +197,18 @@ StatusOr<TrainSummary> TrainLm(Communicator& world, const RankInfo& me, const Tr
   MF_ASSIGN_OR_RETURN(PlanKind plan, ParsePlan(o.plan));
   MF_ASSIGN_OR_RETURN(MeshSpec spec, ResolveMesh(plan, o.mesh, me.size));
   MF_ASSIGN_OR_RETURN(DeviceMesh mesh, DeviceMesh::Create(spec.shape, spec.names));
-  MF_ASSIGN_OR_RETURN(MeshComms comms, MeshComms::Create(world, mesh));
+  MF_ASSIGN_OR_RETURN(RankContext ctx, RankContext::Create(world, mesh));
   MF_ASSIGN_OR_RETURN(std::shared_ptr<TokenFileDataset> ds, OpenCorpus(o));
 
-  MF_ASSIGN_OR_RETURN(std::unique_ptr<Gpt> gpt, Gpt::Create(o.model, comms));
-  MF_ASSIGN_OR_RETURN(AppliedPlan applied, ApplyPlan(plan, *gpt, comms));
+  MF_ASSIGN_OR_RETURN(std::unique_ptr<Gpt> gpt, Gpt::Create(o.model, ctx));
+  MF_ASSIGN_OR_RETURN(AppliedPlan applied, ApplyPlan(plan, *gpt, ctx));
   std::vector<ParamSpec> specs = gpt->ParamSpecs();
   for (size_t i = 0; i < specs.size(); ++i) specs[i].state_layout = applied.state_layouts[i];
   AdamWOptions adam;
   adam.lr = o.lr;
   adam.weight_decay = o.weight_decay;
   adam.beta2 = 0.99;
-  MF_ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> opt, AdamW::Create(specs, adam, comms));
+  MF_ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> opt, AdamW::Create(specs, adam, ctx));
   MF_ASSIGN_OR_RETURN(WarmupCosineSchedule schedule,
                       WarmupCosineSchedule::Create({.base_lr = o.lr,
                                                     .min_lr = std::min(o.min_lr, o.lr),
@@ -254,7 +255,7 @@ StatusOr<TrainSummary> TrainLm(Communicator& world, const RankInfo& me, const Tr
       MF_ASSIGN_OR_RETURN(TrainState st, ReadTrainState(dir, o.model));
       std::vector<LoadRequest> requests;
       for (const auto& [name, t] : tensors) requests.push_back(LoadRequest{name, t->layout(), t->dtype()});
-      MF_ASSIGN_OR_RETURN(std::vector<DTensor> loaded, LoadTensors(dir, requests, comms));
+      MF_ASSIGN_OR_RETURN(std::vector<DTensor> loaded, LoadTensors(dir, requests, ctx));
       for (size_t i = 0; i < tensors.size(); ++i) *tensors[i].second = std::move(loaded[i]);
       MF_RETURN_IF_ERROR(opt->RestoreStepCounts(st.opt_step_count, st.opt_param_steps));
       MF_ASSIGN_OR_RETURN(LoaderState ls, LoaderState::Parse(st.loader));
@@ -388,12 +389,12 @@ StatusOr<TrainSummary> TrainLm(Communicator& world, const RankInfo& me, const Tr
     }
     const double lr = schedule.LrAt(step);
     MF_RETURN_IF_ERROR(opt->set_lr(lr));
-    MF_ASSIGN_OR_RETURN(Variable loss, gpt->Loss(batch.data, comms));
-    MF_RETURN_IF_ERROR(Backward(loss, comms));
+    MF_ASSIGN_OR_RETURN(Variable loss, gpt->Loss(batch.data, ctx));
+    MF_RETURN_IF_ERROR(Backward(loss, ctx));
     const std::vector<const DTensor*> grads = gpt->Grads();
-    MF_RETURN_IF_ERROR(opt->Step(grads, comms, {.max_grad_norm = o.max_grad_norm}));
+    MF_RETURN_IF_ERROR(opt->Step(grads, ctx, {.max_grad_norm = o.max_grad_norm}));
     gpt->ZeroGrad();
-    MF_ASSIGN_OR_RETURN(Tensor lv, FullTensor(loss.value(), comms));
+    MF_ASSIGN_OR_RETURN(Tensor lv, FullTensor(loss.value(), ctx));
     last_loss = lv.GetAsDouble(0);
     if (!std::isfinite(last_loss)) {
       return InternalError("the loss is not finite at step " + std::to_string(step) + " (lower --lr?)");

@@ -14,25 +14,25 @@ constexpr int64_t kOk = 0, kNull = 1, kBadShape = 2;
 
 }  // namespace
 
-StatusOr<DTensor> Distribute(const Tensor& global, const Layout& layout, const MeshComms& comms) {
-  return meshflow::Distribute(global, layout, comms.world_rank());
+StatusOr<DTensor> Distribute(const Tensor& global, const Layout& layout, const RankContext& ctx) {
+  return meshflow::Distribute(global, layout, ctx.world_rank());
 }
 
-StatusOr<DTensor> DistributeFrom(const Tensor* global, const Layout& layout, int src_rank, MeshComms& comms) {
+StatusOr<DTensor> DistributeFrom(const Tensor* global, const Layout& layout, int src_rank, RankContext& ctx) {
   const DeviceMesh& mesh = layout.mesh();
-  if (!(mesh == comms.mesh())) {
+  if (!(mesh == ctx.mesh())) {
     return InvalidArgumentError("DistributeFrom: layout is on mesh " + mesh.ToString() +
-                                " but the communicators are for mesh " + comms.mesh().ToString());
+                                " but the communicators are for mesh " + ctx.mesh().ToString());
   }
   if (!mesh.Contains(src_rank)) {
     return InvalidArgumentError("DistributeFrom: src_rank " + std::to_string(src_rank) + " is not a rank of mesh " +
                                 mesh.ToString());
   }
   MF_ASSIGN_OR_RETURN(const int src_index, mesh.IndexOf(src_rank));
-  const int me = comms.world_rank();
+  const int me = ctx.world_rank();
   std::vector<int> dims(static_cast<size_t>(mesh.ndim()));
   std::iota(dims.begin(), dims.end(), 0);
-  MF_ASSIGN_OR_RETURN(Communicator * group, comms.Group(dims));
+  MF_ASSIGN_OR_RETURN(Communicator * group, ctx.Group(dims));
 
   // 1. The header: src's check and the dtype (and src's shape for the message).
   std::vector<int64_t> header(3 + kMaxHeaderDims, 0);

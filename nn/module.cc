@@ -38,10 +38,10 @@ Status CheckFloat(std::string_view what, DType dtype) {
   return Status::Ok();
 }
 
-StatusOr<Variable> ConstantLike(const Tensor& global, const DTensor& like, const MeshComms& comms) {
+StatusOr<Variable> ConstantLike(const Tensor& global, const DTensor& like, const RankContext& ctx) {
   MF_ASSIGN_OR_RETURN(Layout l, Layout::Create(global.shape(), like.layout().mesh(),
                                                Placements(static_cast<size_t>(like.layout().mesh().ndim()), Replicate{})));
-  MF_ASSIGN_OR_RETURN(DTensor d, meshflow::Distribute(global, l, comms.world_rank()));
+  MF_ASSIGN_OR_RETURN(DTensor d, meshflow::Distribute(global, l, ctx.world_rank()));
   return Variable::Leaf(std::move(d), false);
 }
 
@@ -114,7 +114,7 @@ StatusOr<Layout> Module::InputLayout(std::vector<int64_t> shape, const DeviceMes
 }
 
 StatusOr<Variable> MakeParameter(std::vector<int64_t> shape, DType dtype, uint64_t seed, double scale, double fill,
-                                 const MeshComms& comms) {
+                                 const RankContext& ctx) {
   MF_RETURN_IF_ERROR(CheckFloat("MakeParameter", dtype));
   Tensor t = Tensor::Zeros(dtype, shape);
   for (int64_t i = 0; i < t.NumElements(); ++i) {
@@ -126,50 +126,50 @@ StatusOr<Variable> MakeParameter(std::vector<int64_t> shape, DType dtype, uint64
       t.SetFromDouble(i, scale * (2.0 * u - 1.0));
     }
   }
-  const DeviceMesh& mesh = comms.mesh();
+  const DeviceMesh& mesh = ctx.mesh();
   MF_ASSIGN_OR_RETURN(Layout l, Layout::Create(std::move(shape), mesh,
                                                Placements(static_cast<size_t>(mesh.ndim()), Replicate{})));
-  MF_ASSIGN_OR_RETURN(DTensor d, meshflow::Distribute(t, l, comms.world_rank()));
+  MF_ASSIGN_OR_RETURN(DTensor d, meshflow::Distribute(t, l, ctx.world_rank()));
   return Variable::Leaf(std::move(d), true);
 }
 
 // ---- Linear ----
 
-StatusOr<std::unique_ptr<Linear>> Linear::Create(const LinearOptions& o, const MeshComms& comms) {
+StatusOr<std::unique_ptr<Linear>> Linear::Create(const LinearOptions& o, const RankContext& ctx) {
   MF_RETURN_IF_ERROR(CheckSize("Linear", "in", o.in));
   MF_RETURN_IF_ERROR(CheckSize("Linear", "out", o.out));
   MF_RETURN_IF_ERROR(CheckFloat("Linear", o.dtype));
   std::unique_ptr<Linear> m(new Linear(o));
   const double bound = 1.0 / std::sqrt(static_cast<double>(o.in));
-  MF_ASSIGN_OR_RETURN(m->weight_, MakeParameter({o.in, o.out}, o.dtype, ChildSeed(o.seed, 1), bound, 0, comms));
+  MF_ASSIGN_OR_RETURN(m->weight_, MakeParameter({o.in, o.out}, o.dtype, ChildSeed(o.seed, 1), bound, 0, ctx));
   m->RegisterParameter("weight", &m->weight_);
   if (o.bias) {
-    MF_ASSIGN_OR_RETURN(m->bias_, MakeParameter({o.out}, o.dtype, ChildSeed(o.seed, 2), bound, 0, comms));
+    MF_ASSIGN_OR_RETURN(m->bias_, MakeParameter({o.out}, o.dtype, ChildSeed(o.seed, 2), bound, 0, ctx));
   }
   m->RegisterParameter("bias", &m->bias_);
   return m;
 }
 
-StatusOr<Variable> Linear::Forward(const Variable& x, MeshComms& comms) const {
-  MF_ASSIGN_OR_RETURN(Variable y, autograd::Matmul(x, weight_, comms));
+StatusOr<Variable> Linear::Forward(const Variable& x, RankContext& ctx) const {
+  MF_ASSIGN_OR_RETURN(Variable y, autograd::Matmul(x, weight_, ctx));
   if (!bias_.defined()) return y;
-  return autograd::Add(y, bias_, comms);
+  return autograd::Add(y, bias_, ctx);
 }
 
 // ---- Embedding ----
 
-StatusOr<std::unique_ptr<Embedding>> Embedding::Create(const EmbeddingOptions& o, const MeshComms& comms) {
+StatusOr<std::unique_ptr<Embedding>> Embedding::Create(const EmbeddingOptions& o, const RankContext& ctx) {
   MF_RETURN_IF_ERROR(CheckSize("Embedding", "num", o.num));
   MF_RETURN_IF_ERROR(CheckSize("Embedding", "dim", o.dim));
   MF_RETURN_IF_ERROR(CheckFloat("Embedding", o.dtype));
   std::unique_ptr<Embedding> m(new Embedding());
-  MF_ASSIGN_OR_RETURN(m->weight_, MakeParameter({o.num, o.dim}, o.dtype, ChildSeed(o.seed, 1), 1.0, 0, comms));
+  MF_ASSIGN_OR_RETURN(m->weight_, MakeParameter({o.num, o.dim}, o.dtype, ChildSeed(o.seed, 1), 1.0, 0, ctx));
   m->RegisterParameter("weight", &m->weight_);
   return m;
 }
 
-StatusOr<Variable> Embedding::Forward(const Variable& ids, MeshComms& comms) const {
-  return autograd::Embedding(weight_, ids, comms);
+StatusOr<Variable> Embedding::Forward(const Variable& ids, RankContext& ctx) const {
+  return autograd::Embedding(weight_, ids, ctx);
 }
 
 // ---- Norms ----
@@ -185,55 +185,55 @@ Status CheckNorm(std::string_view what, const NormOptions& o) {
 }
 }  // namespace
 
-StatusOr<std::unique_ptr<LayerNorm>> LayerNorm::Create(const NormOptions& o, const MeshComms& comms) {
+StatusOr<std::unique_ptr<LayerNorm>> LayerNorm::Create(const NormOptions& o, const RankContext& ctx) {
   MF_RETURN_IF_ERROR(CheckNorm("LayerNorm", o));
   std::unique_ptr<LayerNorm> m(new LayerNorm(o.eps));
-  MF_ASSIGN_OR_RETURN(m->weight_, MakeParameter({o.dim}, o.dtype, 0, 0, 1.0, comms));
+  MF_ASSIGN_OR_RETURN(m->weight_, MakeParameter({o.dim}, o.dtype, 0, 0, 1.0, ctx));
   m->RegisterParameter("weight", &m->weight_);
   if (o.bias) {
-    MF_ASSIGN_OR_RETURN(m->bias_, MakeParameter({o.dim}, o.dtype, 0, 0, 0.0, comms));
+    MF_ASSIGN_OR_RETURN(m->bias_, MakeParameter({o.dim}, o.dtype, 0, 0, 0.0, ctx));
   }
   m->RegisterParameter("bias", &m->bias_);
   return m;
 }
 
-StatusOr<Variable> LayerNorm::Forward(const Variable& x, MeshComms& comms) const {
-  return autograd::LayerNorm(x, 1, weight_, bias_, eps_, comms);
+StatusOr<Variable> LayerNorm::Forward(const Variable& x, RankContext& ctx) const {
+  return autograd::LayerNorm(x, 1, weight_, bias_, eps_, ctx);
 }
 
-StatusOr<std::unique_ptr<RmsNorm>> RmsNorm::Create(const NormOptions& o, const MeshComms& comms) {
+StatusOr<std::unique_ptr<RmsNorm>> RmsNorm::Create(const NormOptions& o, const RankContext& ctx) {
   MF_RETURN_IF_ERROR(CheckNorm("RmsNorm", o));
   std::unique_ptr<RmsNorm> m(new RmsNorm(o.eps));
-  MF_ASSIGN_OR_RETURN(m->weight_, MakeParameter({o.dim}, o.dtype, 0, 0, 1.0, comms));
+  MF_ASSIGN_OR_RETURN(m->weight_, MakeParameter({o.dim}, o.dtype, 0, 0, 1.0, ctx));
   m->RegisterParameter("weight", &m->weight_);
   return m;
 }
 
-StatusOr<Variable> RmsNorm::Forward(const Variable& x, MeshComms& comms) const {
-  return autograd::RmsNorm(x, 1, weight_, eps_, comms);
+StatusOr<Variable> RmsNorm::Forward(const Variable& x, RankContext& ctx) const {
+  return autograd::RmsNorm(x, 1, weight_, eps_, ctx);
 }
 
 // ---- Mlp ----
 
-StatusOr<std::unique_ptr<Mlp>> Mlp::Create(const MlpOptions& o, const MeshComms& comms) {
+StatusOr<std::unique_ptr<Mlp>> Mlp::Create(const MlpOptions& o, const RankContext& ctx) {
   std::unique_ptr<Mlp> m(new Mlp());
-  MF_ASSIGN_OR_RETURN(m->fc1_, Linear::Create({o.in, o.hidden, o.bias, ChildSeed(o.seed, 11), o.dtype}, comms));
-  MF_ASSIGN_OR_RETURN(m->fc2_, Linear::Create({o.hidden, o.out, o.bias, ChildSeed(o.seed, 12), o.dtype}, comms));
+  MF_ASSIGN_OR_RETURN(m->fc1_, Linear::Create({o.in, o.hidden, o.bias, ChildSeed(o.seed, 11), o.dtype}, ctx));
+  MF_ASSIGN_OR_RETURN(m->fc2_, Linear::Create({o.hidden, o.out, o.bias, ChildSeed(o.seed, 12), o.dtype}, ctx));
   m->RegisterModule("fc1", m->fc1_.get());
   m->RegisterModule("fc2", m->fc2_.get());
   return m;
 }
 
-StatusOr<Variable> Mlp::Forward(const Variable& x, MeshComms& comms) const {
-  MF_ASSIGN_OR_RETURN(Variable h, fc1_->Forward(x, comms));
-  MF_ASSIGN_OR_RETURN(Variable a, autograd::Gelu(h, comms));
-  return fc2_->Forward(a, comms);
+StatusOr<Variable> Mlp::Forward(const Variable& x, RankContext& ctx) const {
+  MF_ASSIGN_OR_RETURN(Variable h, fc1_->Forward(x, ctx));
+  MF_ASSIGN_OR_RETURN(Variable a, autograd::Gelu(h, ctx));
+  return fc2_->Forward(a, ctx);
 }
 
 // ---- CausalSelfAttention ----
 
 StatusOr<std::unique_ptr<CausalSelfAttention>> CausalSelfAttention::Create(const AttentionOptions& o,
-                                                                           const MeshComms& comms) {
+                                                                           const RankContext& ctx) {
   MF_RETURN_IF_ERROR(CheckSize("CausalSelfAttention", "dim", o.dim));
   MF_RETURN_IF_ERROR(CheckSize("CausalSelfAttention", "num_heads", o.num_heads));
   if (o.dim % o.num_heads != 0) {
@@ -245,13 +245,13 @@ StatusOr<std::unique_ptr<CausalSelfAttention>> CausalSelfAttention::Create(const
   std::unique_ptr<Linear>* slots[] = {&m->q_, &m->k_, &m->v_, &m->o_};
   for (int i = 0; i < 4; ++i) {
     MF_ASSIGN_OR_RETURN(*slots[i], Linear::Create({o.dim, o.dim, o.bias, ChildSeed(o.seed, 21 + static_cast<uint64_t>(i)), o.dtype},
-                                                  comms));
+                                                  ctx));
     m->RegisterModule(names[i], slots[i]->get());
   }
   return m;
 }
 
-StatusOr<Variable> CausalSelfAttention::Forward(const Variable& x, MeshComms& comms) const {
+StatusOr<Variable> CausalSelfAttention::Forward(const Variable& x, RankContext& ctx) const {
   if (!x.defined()) return InvalidArgumentError("CausalSelfAttention: the input is an undefined Variable");
   const std::vector<int64_t>& s = x.value().global_shape();
   if (s.size() != 3 || s[2] != options_.dim) {
@@ -266,27 +266,27 @@ StatusOr<Variable> CausalSelfAttention::Forward(const Variable& x, MeshComms& co
   }
   Tensor neg = Tensor::Zeros(dtype, {});
   neg.SetFromDouble(0, -1e9);
-  MF_ASSIGN_OR_RETURN(Variable mask, ConstantLike(causal, x.value(), comms));
-  MF_ASSIGN_OR_RETURN(Variable fill, ConstantLike(neg, x.value(), comms));
+  MF_ASSIGN_OR_RETURN(Variable mask, ConstantLike(causal, x.value(), ctx));
+  MF_ASSIGN_OR_RETURN(Variable fill, ConstantLike(neg, x.value(), ctx));
 
   // [B, T, D] -> [B, H, T, Dh]
   auto heads = [&](const Linear& proj) -> StatusOr<Variable> {
-    MF_ASSIGN_OR_RETURN(Variable p, proj.Forward(x, comms));
-    MF_ASSIGN_OR_RETURN(Variable r, autograd::Reshape(p, {b, t, h, dh}, comms));
-    return autograd::Transpose(r, 1, 2, comms);
+    MF_ASSIGN_OR_RETURN(Variable p, proj.Forward(x, ctx));
+    MF_ASSIGN_OR_RETURN(Variable r, autograd::Reshape(p, {b, t, h, dh}, ctx));
+    return autograd::Transpose(r, 1, 2, ctx);
   };
   MF_ASSIGN_OR_RETURN(Variable q, heads(*q_));
   MF_ASSIGN_OR_RETURN(Variable k, heads(*k_));
   MF_ASSIGN_OR_RETURN(Variable v, heads(*v_));
-  MF_ASSIGN_OR_RETURN(Variable kt, autograd::Transpose(k, -2, -1, comms));
-  MF_ASSIGN_OR_RETURN(Variable s0, autograd::Matmul(q, kt, comms));
-  MF_ASSIGN_OR_RETURN(Variable sc, autograd::Scale(s0, 1.0 / std::sqrt(static_cast<double>(dh)), comms));
-  MF_ASSIGN_OR_RETURN(Variable masked, autograd::Where(mask, sc, fill, comms));
-  MF_ASSIGN_OR_RETURN(Variable p, autograd::Softmax(masked, -1, comms));
-  MF_ASSIGN_OR_RETURN(Variable o, autograd::Matmul(p, v, comms));
-  MF_ASSIGN_OR_RETURN(Variable ot, autograd::Transpose(o, 1, 2, comms));
-  MF_ASSIGN_OR_RETURN(Variable merged, autograd::Reshape(ot, {b, t, options_.dim}, comms));
-  return o_->Forward(merged, comms);
+  MF_ASSIGN_OR_RETURN(Variable kt, autograd::Transpose(k, -2, -1, ctx));
+  MF_ASSIGN_OR_RETURN(Variable s0, autograd::Matmul(q, kt, ctx));
+  MF_ASSIGN_OR_RETURN(Variable sc, autograd::Scale(s0, 1.0 / std::sqrt(static_cast<double>(dh)), ctx));
+  MF_ASSIGN_OR_RETURN(Variable masked, autograd::Where(mask, sc, fill, ctx));
+  MF_ASSIGN_OR_RETURN(Variable p, autograd::Softmax(masked, -1, ctx));
+  MF_ASSIGN_OR_RETURN(Variable o, autograd::Matmul(p, v, ctx));
+  MF_ASSIGN_OR_RETURN(Variable ot, autograd::Transpose(o, 1, 2, ctx));
+  MF_ASSIGN_OR_RETURN(Variable merged, autograd::Reshape(ot, {b, t, options_.dim}, ctx));
+  return o_->Forward(merged, ctx);
 }
 
 }  // namespace meshflow::nn

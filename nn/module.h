@@ -26,11 +26,11 @@
 // optimizer through Variable::mutable_leaf_value() (ParamSpecs() below).
 //
 //   MF_ASSIGN_OR_RETURN(std::unique_ptr<nn::Mlp> mlp,
-//                       nn::Mlp::Create({.in = 16, .hidden = 32, .out = 8, .seed = 1}, comms));
-//   MF_ASSIGN_OR_RETURN(Variable y, mlp->Forward(x, comms));   // x [..., 16] -> [..., 8]
+//                       nn::Mlp::Create({.in = 16, .hidden = 32, .out = 8, .seed = 1}, ctx));
+//   MF_ASSIGN_OR_RETURN(Variable y, mlp->Forward(x, ctx));   // x [..., 16] -> [..., 8]
 //   // mlp->NamedParameters(): fc1.weight, fc1.bias, fc2.weight, fc2.bias
-//   MF_ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> opt, AdamW::Create(mlp->ParamSpecs(), {}, comms));
-//   // ... Backward(loss, comms); opt->Step(mlp->Grads(), comms); mlp->ZeroGrad();
+//   MF_ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> opt, AdamW::Create(mlp->ParamSpecs(), {}, ctx));
+//   // ... Backward(loss, ctx); opt->Step(mlp->Grads(), ctx); mlp->ZeroGrad();
 //
 // Errors (INVALID_ARGUMENT, naming the value): Create with a size < 1, an integer dtype, eps <= 0
 // (norms), a dim not divisible by num_heads (attention); Forward of CausalSelfAttention with an
@@ -49,12 +49,12 @@
 
 #include "meshflow/autograd/variable.h"
 #include "meshflow/base/status.h"
-#include "meshflow/collectives/mesh_comms.h"
+#include "meshflow/runtime/rank_context.h"
 #include "meshflow/dtensor/dtensor.h"
 #include "meshflow/dtensor/dtype.h"
 #include "meshflow/dtensor/layout.h"
 #include "meshflow/dtensor/placement.h"
-#include "meshflow/train/optimizer.h"
+#include "meshflow/optim/optimizer.h"
 
 namespace meshflow::nn {
 
@@ -110,11 +110,11 @@ class Module {
   std::map<int, Placement> input_placements_;
 };
 
-// A Replicate parameter on comms' mesh: element i of `shape` is a deterministic function of
+// A Replicate parameter on the context's mesh: element i of `shape` is a deterministic function of
 // (seed, i), uniform in [-scale, scale] (or every element = `fill` when scale == 0). Exposed for
 // user modules.
 StatusOr<Variable> MakeParameter(std::vector<int64_t> shape, DType dtype, uint64_t seed, double scale, double fill,
-                                 const MeshComms& comms);
+                                 const RankContext& ctx);
 
 struct LinearOptions {
   int64_t in = 1;
@@ -127,9 +127,9 @@ struct LinearOptions {
 // y = x @ weight (+ bias); weight [in, out].
 class Linear : public Module {
  public:
-  static StatusOr<std::unique_ptr<Linear>> Create(const LinearOptions& options, const MeshComms& comms);
+  static StatusOr<std::unique_ptr<Linear>> Create(const LinearOptions& options, const RankContext& ctx);
   std::string_view type_name() const override { return "Linear"; }
-  StatusOr<Variable> Forward(const Variable& x, MeshComms& comms) const;
+  StatusOr<Variable> Forward(const Variable& x, RankContext& ctx) const;
   Variable& weight() { return weight_; }
   Variable& bias() { return bias_; }  // undefined without bias
   const LinearOptions& options() const { return options_; }
@@ -150,9 +150,9 @@ struct EmbeddingOptions {
 // ids [...] (i32/i64) -> [..., dim].
 class Embedding : public Module {
  public:
-  static StatusOr<std::unique_ptr<Embedding>> Create(const EmbeddingOptions& options, const MeshComms& comms);
+  static StatusOr<std::unique_ptr<Embedding>> Create(const EmbeddingOptions& options, const RankContext& ctx);
   std::string_view type_name() const override { return "Embedding"; }
-  StatusOr<Variable> Forward(const Variable& ids, MeshComms& comms) const;
+  StatusOr<Variable> Forward(const Variable& ids, RankContext& ctx) const;
   Variable& weight() { return weight_; }
 
  private:
@@ -169,9 +169,9 @@ struct NormOptions {
 
 class LayerNorm : public Module {
  public:
-  static StatusOr<std::unique_ptr<LayerNorm>> Create(const NormOptions& options, const MeshComms& comms);
+  static StatusOr<std::unique_ptr<LayerNorm>> Create(const NormOptions& options, const RankContext& ctx);
   std::string_view type_name() const override { return "LayerNorm"; }
-  StatusOr<Variable> Forward(const Variable& x, MeshComms& comms) const;
+  StatusOr<Variable> Forward(const Variable& x, RankContext& ctx) const;
   Variable& weight() { return weight_; }
   Variable& bias() { return bias_; }
 
@@ -183,9 +183,9 @@ class LayerNorm : public Module {
 
 class RmsNorm : public Module {
  public:
-  static StatusOr<std::unique_ptr<RmsNorm>> Create(const NormOptions& options, const MeshComms& comms);
+  static StatusOr<std::unique_ptr<RmsNorm>> Create(const NormOptions& options, const RankContext& ctx);
   std::string_view type_name() const override { return "RmsNorm"; }
-  StatusOr<Variable> Forward(const Variable& x, MeshComms& comms) const;
+  StatusOr<Variable> Forward(const Variable& x, RankContext& ctx) const;
   Variable& weight() { return weight_; }
 
  private:
@@ -206,9 +206,9 @@ struct MlpOptions {
 // fc2(gelu(fc1(x))).
 class Mlp : public Module {
  public:
-  static StatusOr<std::unique_ptr<Mlp>> Create(const MlpOptions& options, const MeshComms& comms);
+  static StatusOr<std::unique_ptr<Mlp>> Create(const MlpOptions& options, const RankContext& ctx);
   std::string_view type_name() const override { return "Mlp"; }
-  StatusOr<Variable> Forward(const Variable& x, MeshComms& comms) const;
+  StatusOr<Variable> Forward(const Variable& x, RankContext& ctx) const;
   Linear& fc1() { return *fc1_; }
   Linear& fc2() { return *fc2_; }
 
@@ -229,9 +229,9 @@ struct AttentionOptions {
 class CausalSelfAttention : public Module {
  public:
   static StatusOr<std::unique_ptr<CausalSelfAttention>> Create(const AttentionOptions& options,
-                                                               const MeshComms& comms);
+                                                               const RankContext& ctx);
   std::string_view type_name() const override { return "CausalSelfAttention"; }
-  StatusOr<Variable> Forward(const Variable& x, MeshComms& comms) const;
+  StatusOr<Variable> Forward(const Variable& x, RankContext& ctx) const;
 
  private:
   explicit CausalSelfAttention(const AttentionOptions& options) : options_(options) {}

@@ -13,8 +13,8 @@
 #include "gtest/gtest.h"
 #include "meshflow/autograd/functions.h"
 #include "meshflow/autograd/variable.h"
-#include "meshflow/collectives/dtensor_api.h"
-#include "meshflow/collectives/mesh_comms.h"
+#include "meshflow/runtime/redistribute.h"
+#include "meshflow/runtime/rank_context.h"
 #include "meshflow/collectives/threads/threads_world.h"
 #include "meshflow/dtensor/dtensor.h"
 #include "meshflow/dtensor/layout.h"
@@ -23,7 +23,7 @@
 #include "meshflow/nn/distribute.h"
 #include "meshflow/nn/module.h"
 #include "meshflow/nn/parallel.h"
-#include "meshflow/train/optimizer.h"
+#include "meshflow/optim/optimizer.h"
 
 namespace meshflow {
 namespace {
@@ -43,11 +43,11 @@ double MaxDiff(const Tensor& a, const Tensor& b) {
 
 // Runs fn on every rank of a thread world over a mesh of `shape` named `names`.
 Status RunOn(std::vector<int64_t> shape, std::vector<std::string> names,
-             const std::function<Status(MeshComms&)>& fn) {
+             const std::function<Status(RankContext&)>& fn) {
   MF_ASSIGN_OR_RETURN(DeviceMesh mesh, DeviceMesh::Create(std::move(shape), std::move(names)));
   return WorldOf(mesh.size()).Run([&](Communicator& comm) -> Status {
-    MF_ASSIGN_OR_RETURN(MeshComms comms, MeshComms::Create(comm, mesh));
-    return fn(comms);
+    MF_ASSIGN_OR_RETURN(RankContext ctx, RankContext::Create(comm, mesh));
+    return fn(ctx);
   });
 }
 
@@ -56,11 +56,11 @@ std::string PlacementsOf(const Variable& v) { return v.value().layout().Placemen
 // A user module: registers submodules under its own names.
 class Block : public nn::Module {
  public:
-  static StatusOr<std::unique_ptr<Block>> Create(const MeshComms& comms) {
+  static StatusOr<std::unique_ptr<Block>> Create(const RankContext& ctx) {
     std::unique_ptr<Block> b(new Block());
-    MF_ASSIGN_OR_RETURN(b->ln_, nn::LayerNorm::Create({.dim = 8}, comms));
-    MF_ASSIGN_OR_RETURN(b->attn_, nn::CausalSelfAttention::Create({.dim = 8, .num_heads = 2, .seed = 3}, comms));
-    MF_ASSIGN_OR_RETURN(b->mlp_, nn::Mlp::Create({.in = 8, .hidden = 16, .out = 8, .seed = 4}, comms));
+    MF_ASSIGN_OR_RETURN(b->ln_, nn::LayerNorm::Create({.dim = 8}, ctx));
+    MF_ASSIGN_OR_RETURN(b->attn_, nn::CausalSelfAttention::Create({.dim = 8, .num_heads = 2, .seed = 3}, ctx));
+    MF_ASSIGN_OR_RETURN(b->mlp_, nn::Mlp::Create({.in = 8, .hidden = 16, .out = 8, .seed = 4}, ctx));
     b->RegisterModule("ln", b->ln_.get());
     b->RegisterModule("attn", b->attn_.get());
     b->RegisterModule("mlp", b->mlp_.get());
@@ -77,12 +77,12 @@ class Block : public nn::Module {
 
 TEST(NnTest, HierarchicalNamesAndDeterministicInit) {
   std::map<std::string, Tensor> single;
-  Status st = RunOn({1}, {"dp"}, [&](MeshComms& comms) -> Status {
-    MF_ASSIGN_OR_RETURN(std::unique_ptr<Block> b, Block::Create(comms));
+  Status st = RunOn({1}, {"dp"}, [&](RankContext& ctx) -> Status {
+    MF_ASSIGN_OR_RETURN(std::unique_ptr<Block> b, Block::Create(ctx));
     std::vector<std::string> names;
     for (const nn::NamedParameter& p : b->NamedParameters()) {
       names.push_back(p.name);
-      MF_ASSIGN_OR_RETURN(Tensor f, FullTensor(p.variable.value(), comms));
+      MF_ASSIGN_OR_RETURN(Tensor f, FullTensor(p.variable.value(), ctx));
       single[p.name] = std::move(f);
     }
     const std::vector<std::string> want = {"ln.weight",      "ln.bias",        "attn.q.weight", "attn.k.weight",
@@ -108,10 +108,10 @@ TEST(NnTest, HierarchicalNamesAndDeterministicInit) {
   EXPECT_GT(MaxDiff(single["attn.q.weight"], single["attn.k.weight"]), 0.1);
   EXPECT_EQ(single["ln.weight"].GetAsDouble(3), 1.0);
   // Same values on a 2x2 mesh.
-  st = RunOn({2, 2}, {"dp", "tp"}, [&](MeshComms& comms) -> Status {
-    MF_ASSIGN_OR_RETURN(std::unique_ptr<Block> b, Block::Create(comms));
+  st = RunOn({2, 2}, {"dp", "tp"}, [&](RankContext& ctx) -> Status {
+    MF_ASSIGN_OR_RETURN(std::unique_ptr<Block> b, Block::Create(ctx));
     for (const nn::NamedParameter& p : b->NamedParameters()) {
-      MF_ASSIGN_OR_RETURN(Tensor f, FullTensor(p.variable.value(), comms));
+      MF_ASSIGN_OR_RETURN(Tensor f, FullTensor(p.variable.value(), ctx));
       EXPECT_EQ(MaxDiff(f, single.at(p.name)), 0.0) << p.name;
     }
     return Status::Ok();
@@ -121,13 +121,13 @@ TEST(NnTest, HierarchicalNamesAndDeterministicInit) {
 
 TEST(NnTest, LinearForwardMatchesHandComputation) {
   const Tensor x = Values({3, 4}, 1, 1.0);
-  Status st = RunOn({1}, {"dp"}, [&](MeshComms& comms) -> Status {
-    MF_ASSIGN_OR_RETURN(std::unique_ptr<nn::Linear> fc, nn::Linear::Create({.in = 4, .out = 5, .seed = 9}, comms));
-    MF_ASSIGN_OR_RETURN(Layout l, Layout::Create({3, 4}, comms.mesh(), {Replicate{}}));
-    MF_ASSIGN_OR_RETURN(DTensor xd, nn::Distribute(x, l, comms));
+  Status st = RunOn({1}, {"dp"}, [&](RankContext& ctx) -> Status {
+    MF_ASSIGN_OR_RETURN(std::unique_ptr<nn::Linear> fc, nn::Linear::Create({.in = 4, .out = 5, .seed = 9}, ctx));
+    MF_ASSIGN_OR_RETURN(Layout l, Layout::Create({3, 4}, ctx.mesh(), {Replicate{}}));
+    MF_ASSIGN_OR_RETURN(DTensor xd, nn::Distribute(x, l, ctx));
     MF_ASSIGN_OR_RETURN(Variable xv, Variable::Leaf(std::move(xd), false));
-    MF_ASSIGN_OR_RETURN(Variable y, fc->Forward(xv, comms));
-    MF_ASSIGN_OR_RETURN(Tensor yf, FullTensor(y.value(), comms));
+    MF_ASSIGN_OR_RETURN(Variable y, fc->Forward(xv, ctx));
+    MF_ASSIGN_OR_RETURN(Tensor yf, FullTensor(y.value(), ctx));
     const Tensor& w = fc->weight().value().local();
     const Tensor& b = fc->bias().value().local();
     for (int64_t i = 0; i < 3; ++i) {
@@ -144,54 +144,54 @@ TEST(NnTest, LinearForwardMatchesHandComputation) {
 
 // Forward of a module on `mesh` with input x distributed by `input_layout` (from rank 0); returns
 // the full output, and (when grads != nullptr) the full gradients of mean(out) by param name.
-using MakeModule = std::function<StatusOr<std::unique_ptr<nn::Module>>(MeshComms&)>;
-using ForwardFn = std::function<StatusOr<Variable>(nn::Module&, const Variable&, MeshComms&)>;
-using InputLayoutFn = std::function<StatusOr<Layout>(nn::Module&, MeshComms&)>;
+using MakeModule = std::function<StatusOr<std::unique_ptr<nn::Module>>(RankContext&)>;
+using ForwardFn = std::function<StatusOr<Variable>(nn::Module&, const Variable&, RankContext&)>;
+using InputLayoutFn = std::function<StatusOr<Layout>(nn::Module&, RankContext&)>;
 
 Status ForwardOn(std::vector<int64_t> shape, std::vector<std::string> names, const MakeModule& make,
                  const ForwardFn& forward, const Tensor& x, const InputLayoutFn& input_layout, Tensor* out,
                  std::map<std::string, Tensor>* grads, std::map<std::string, std::string>* layouts = nullptr) {
-  return RunOn(std::move(shape), std::move(names), [&](MeshComms& comms) -> Status {
-    MF_ASSIGN_OR_RETURN(std::unique_ptr<nn::Module> m, make(comms));
-    MF_ASSIGN_OR_RETURN(Layout l, input_layout(*m, comms));
-    MF_ASSIGN_OR_RETURN(DTensor xd, nn::DistributeFrom(comms.world_rank() == 0 ? &x : nullptr, l, 0, comms));
+  return RunOn(std::move(shape), std::move(names), [&](RankContext& ctx) -> Status {
+    MF_ASSIGN_OR_RETURN(std::unique_ptr<nn::Module> m, make(ctx));
+    MF_ASSIGN_OR_RETURN(Layout l, input_layout(*m, ctx));
+    MF_ASSIGN_OR_RETURN(DTensor xd, nn::DistributeFrom(ctx.world_rank() == 0 ? &x : nullptr, l, 0, ctx));
     MF_ASSIGN_OR_RETURN(Variable xv, Variable::Leaf(std::move(xd), false));
-    MF_ASSIGN_OR_RETURN(Variable y, forward(*m, xv, comms));
-    MF_ASSIGN_OR_RETURN(Tensor yf, FullTensor(y.value(), comms));
-    if (comms.world_rank() == 0) *out = std::move(yf);
-    if (layouts != nullptr && comms.world_rank() == 0) {
+    MF_ASSIGN_OR_RETURN(Variable y, forward(*m, xv, ctx));
+    MF_ASSIGN_OR_RETURN(Tensor yf, FullTensor(y.value(), ctx));
+    if (ctx.world_rank() == 0) *out = std::move(yf);
+    if (layouts != nullptr && ctx.world_rank() == 0) {
       (*layouts)["output"] = PlacementsOf(y);
       for (const nn::NamedParameter& p : m->NamedParameters()) (*layouts)[p.name] = PlacementsOf(p.variable);
     }
     if (grads == nullptr) return Status::Ok();
-    MF_ASSIGN_OR_RETURN(Variable loss, autograd::Mean(y, {}, false, comms));
-    MF_RETURN_IF_ERROR(Backward(loss, comms));
+    MF_ASSIGN_OR_RETURN(Variable loss, autograd::Mean(y, {}, false, ctx));
+    MF_RETURN_IF_ERROR(Backward(loss, ctx));
     for (const nn::NamedParameter& p : m->NamedParameters()) {
       if (!p.variable.grad()) return InvalidArgumentError("no gradient for " + p.name);
-      MF_ASSIGN_OR_RETURN(Tensor g, FullTensor(*p.variable.grad(), comms));
-      if (comms.world_rank() == 0) (*grads)[p.name] = std::move(g);
+      MF_ASSIGN_OR_RETURN(Tensor g, FullTensor(*p.variable.grad(), ctx));
+      if (ctx.world_rank() == 0) (*grads)[p.name] = std::move(g);
     }
     return Status::Ok();
   });
 }
 
 InputLayoutFn Batch(Placements p) {
-  return [p](nn::Module&, MeshComms& comms) -> StatusOr<Layout> {
-    return Layout::Create({2, 4, 8}, comms.mesh(), p);
+  return [p](nn::Module&, RankContext& ctx) -> StatusOr<Layout> {
+    return Layout::Create({2, 4, 8}, ctx.mesh(), p);
   };
 }
 
 TEST(NnTest, TensorParallelMlpInThreeLines) {
   const Tensor x = Values({2, 4, 8}, 2, 1.0);
-  const ForwardFn fwd = [](nn::Module& m, const Variable& x, MeshComms& c) {
+  const ForwardFn fwd = [](nn::Module& m, const Variable& x, RankContext& c) {
     return static_cast<nn::Mlp&>(m).Forward(x, c);
   };
   auto make = [](bool tp) -> MakeModule {
-    return [tp](MeshComms& comms) -> StatusOr<std::unique_ptr<nn::Module>> {
+    return [tp](RankContext& ctx) -> StatusOr<std::unique_ptr<nn::Module>> {
       // The three lines: create, parallelize, (forward below).
-      MF_ASSIGN_OR_RETURN(std::unique_ptr<nn::Mlp> mlp, nn::Mlp::Create({.in = 8, .hidden = 16, .out = 8, .seed = 1}, comms));
+      MF_ASSIGN_OR_RETURN(std::unique_ptr<nn::Mlp> mlp, nn::Mlp::Create({.in = 8, .hidden = 16, .out = 8, .seed = 1}, ctx));
       if (tp) {
-        MF_RETURN_IF_ERROR(nn::Parallelize(*mlp, "tp", {{"fc1", nn::ColwiseParallel{}}, {"fc2", nn::RowwiseParallel{}}}, comms));
+        MF_RETURN_IF_ERROR(nn::Parallelize(*mlp, "tp", {{"fc1", nn::ColwiseParallel{}}, {"fc2", nn::RowwiseParallel{}}}, ctx));
       }
       return std::unique_ptr<nn::Module>(std::move(mlp));
     };
@@ -220,34 +220,34 @@ struct TrainResult {
 };
 
 Status TrainMlp(std::vector<int64_t> shape, std::vector<std::string> names,
-                const std::function<Status(nn::Mlp&, MeshComms&)>& parallelize, Placements batch, TrainResult* out) {
+                const std::function<Status(nn::Mlp&, RankContext&)>& parallelize, Placements batch, TrainResult* out) {
   const Tensor x = Values({16, 8}, 3, 1.0), y = Values({16, 4}, 4, 0.5);
-  return RunOn(std::move(shape), std::move(names), [&](MeshComms& comms) -> Status {
-    const bool root = comms.world_rank() == 0;
-    MF_ASSIGN_OR_RETURN(std::unique_ptr<nn::Mlp> mlp, nn::Mlp::Create({.in = 8, .hidden = 16, .out = 4, .seed = 5}, comms));
-    MF_RETURN_IF_ERROR(parallelize(*mlp, comms));
+  return RunOn(std::move(shape), std::move(names), [&](RankContext& ctx) -> Status {
+    const bool root = ctx.world_rank() == 0;
+    MF_ASSIGN_OR_RETURN(std::unique_ptr<nn::Mlp> mlp, nn::Mlp::Create({.in = 8, .hidden = 16, .out = 4, .seed = 5}, ctx));
+    MF_RETURN_IF_ERROR(parallelize(*mlp, ctx));
     AdamWOptions o;
     o.lr = 1e-2;
-    MF_ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> opt, AdamW::Create(mlp->ParamSpecs(), o, comms));
-    MF_ASSIGN_OR_RETURN(Layout xl, Layout::Create({16, 8}, comms.mesh(), batch));
-    MF_ASSIGN_OR_RETURN(Layout yl, Layout::Create({16, 4}, comms.mesh(), batch));
-    MF_ASSIGN_OR_RETURN(DTensor xd, nn::DistributeFrom(root ? &x : nullptr, xl, 0, comms));
-    MF_ASSIGN_OR_RETURN(DTensor yd, nn::DistributeFrom(root ? &y : nullptr, yl, 0, comms));
+    MF_ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> opt, AdamW::Create(mlp->ParamSpecs(), o, ctx));
+    MF_ASSIGN_OR_RETURN(Layout xl, Layout::Create({16, 8}, ctx.mesh(), batch));
+    MF_ASSIGN_OR_RETURN(Layout yl, Layout::Create({16, 4}, ctx.mesh(), batch));
+    MF_ASSIGN_OR_RETURN(DTensor xd, nn::DistributeFrom(root ? &x : nullptr, xl, 0, ctx));
+    MF_ASSIGN_OR_RETURN(DTensor yd, nn::DistributeFrom(root ? &y : nullptr, yl, 0, ctx));
     MF_ASSIGN_OR_RETURN(Variable xv, Variable::Leaf(std::move(xd), false));
     MF_ASSIGN_OR_RETURN(Variable yv, Variable::Leaf(std::move(yd), false));
     for (int step = 0; step < 10; ++step) {
-      MF_ASSIGN_OR_RETURN(Variable pred, mlp->Forward(xv, comms));
-      MF_ASSIGN_OR_RETURN(Variable d, autograd::Sub(pred, yv, comms));
-      MF_ASSIGN_OR_RETURN(Variable sq, autograd::Mul(d, d, comms));
-      MF_ASSIGN_OR_RETURN(Variable loss, autograd::Mean(sq, {}, false, comms));
-      MF_ASSIGN_OR_RETURN(Tensor l, FullTensor(loss.value(), comms));
+      MF_ASSIGN_OR_RETURN(Variable pred, mlp->Forward(xv, ctx));
+      MF_ASSIGN_OR_RETURN(Variable d, autograd::Sub(pred, yv, ctx));
+      MF_ASSIGN_OR_RETURN(Variable sq, autograd::Mul(d, d, ctx));
+      MF_ASSIGN_OR_RETURN(Variable loss, autograd::Mean(sq, {}, false, ctx));
+      MF_ASSIGN_OR_RETURN(Tensor l, FullTensor(loss.value(), ctx));
       if (root) out->losses.push_back(l.GetAsDouble(0));
-      MF_RETURN_IF_ERROR(Backward(loss, comms));
-      MF_RETURN_IF_ERROR(opt->Step(mlp->Grads(), comms));
+      MF_RETURN_IF_ERROR(Backward(loss, ctx));
+      MF_RETURN_IF_ERROR(opt->Step(mlp->Grads(), ctx));
       mlp->ZeroGrad();
     }
     for (const nn::NamedParameter& p : mlp->NamedParameters()) {
-      MF_ASSIGN_OR_RETURN(Tensor f, FullTensor(p.variable.value(), comms));
+      MF_ASSIGN_OR_RETURN(Tensor f, FullTensor(p.variable.value(), ctx));
       if (root) {
         out->params[p.name] = std::move(f);
         out->layouts[p.name] = PlacementsOf(p.variable);
@@ -268,10 +268,10 @@ void ExpectSameParams(const TrainResult& got, const TrainResult& want) {
 TEST(NnTest, TrainsUnderColwiseRowwiseOnDpTpLikeOneRank) {
   const Placement r = Replicate{}, s0 = Shard{0};
   TrainResult want, got;
-  Status st = TrainMlp({1}, {"dp"}, [](nn::Mlp&, MeshComms&) { return Status::Ok(); }, {r}, &want);
+  Status st = TrainMlp({1}, {"dp"}, [](nn::Mlp&, RankContext&) { return Status::Ok(); }, {r}, &want);
   ASSERT_TRUE(st.ok()) << st;
   EXPECT_LT(want.losses.back(), 0.8 * want.losses.front());
-  st = TrainMlp({2, 2}, {"dp", "tp"}, [](nn::Mlp& m, MeshComms& c) {
+  st = TrainMlp({2, 2}, {"dp", "tp"}, [](nn::Mlp& m, RankContext& c) {
     return nn::Parallelize(m, "tp", {{"fc1", nn::ColwiseParallel{}}, {"fc2", nn::RowwiseParallel{}}}, c);
   }, {s0, r}, &got);
   ASSERT_TRUE(st.ok()) << st;
@@ -283,15 +283,15 @@ TEST(NnTest, TrainsUnderColwiseRowwiseOnDpTpLikeOneRank) {
 TEST(NnTest, FsdpStyleShardsEveryParamAndTrainsLikeOneRank) {
   const Placement r = Replicate{}, s0 = Shard{0};
   TrainResult want, fsdp, fsdp_tp;
-  Status st = TrainMlp({1}, {"dp"}, [](nn::Mlp&, MeshComms&) { return Status::Ok(); }, {r}, &want);
+  Status st = TrainMlp({1}, {"dp"}, [](nn::Mlp&, RankContext&) { return Status::Ok(); }, {r}, &want);
   ASSERT_TRUE(st.ok()) << st;
-  st = TrainMlp({4}, {"dp"}, [](nn::Mlp& m, MeshComms& c) { return nn::Parallelize(m, "dp", {{"", nn::Fsdp{}}}, c); },
+  st = TrainMlp({4}, {"dp"}, [](nn::Mlp& m, RankContext& c) { return nn::Parallelize(m, "dp", {{"", nn::Fsdp{}}}, c); },
                 {s0}, &fsdp);
   ASSERT_TRUE(st.ok()) << st;
   ExpectSameParams(fsdp, want);
   for (const auto& [name, l] : fsdp.layouts) EXPECT_EQ(l, "S(0)") << name;
   // FSDP + TP: dp shards the first dim tp leaves whole (dim 0 when tp shards the only dim).
-  st = TrainMlp({2, 2}, {"dp", "tp"}, [](nn::Mlp& m, MeshComms& c) -> Status {
+  st = TrainMlp({2, 2}, {"dp", "tp"}, [](nn::Mlp& m, RankContext& c) -> Status {
     MF_RETURN_IF_ERROR(nn::Parallelize(m, "tp", {{"fc1", nn::ColwiseParallel{}}, {"fc2", nn::RowwiseParallel{}}}, c));
     return nn::Parallelize(m, "dp", {{"", nn::Fsdp{}}}, c);
   }, {s0, r}, &fsdp_tp);
@@ -303,18 +303,18 @@ TEST(NnTest, FsdpStyleShardsEveryParamAndTrainsLikeOneRank) {
   EXPECT_EQ(fsdp_tp.layouts["fc2.bias"], "S(0),R");
 }
 
-const ForwardFn kAttention = [](nn::Module& m, const Variable& x, MeshComms& c) {
+const ForwardFn kAttention = [](nn::Module& m, const Variable& x, RankContext& c) {
   return static_cast<nn::CausalSelfAttention&>(m).Forward(x, c);
 };
 
 MakeModule Attention(int64_t heads, bool tp) {
-  return [heads, tp](MeshComms& comms) -> StatusOr<std::unique_ptr<nn::Module>> {
+  return [heads, tp](RankContext& ctx) -> StatusOr<std::unique_ptr<nn::Module>> {
     MF_ASSIGN_OR_RETURN(std::unique_ptr<nn::CausalSelfAttention> a,
-                        nn::CausalSelfAttention::Create({.dim = 8, .num_heads = heads, .seed = 7}, comms));
+                        nn::CausalSelfAttention::Create({.dim = 8, .num_heads = heads, .seed = 7}, ctx));
     if (tp) {
       MF_RETURN_IF_ERROR(nn::Parallelize(*a, "tp", {{"q", nn::ColwiseParallel{}}, {"k", nn::ColwiseParallel{}},
                                                     {"v", nn::ColwiseParallel{}}, {"o", nn::RowwiseParallel{}}},
-                                         comms));
+                                         ctx));
     }
     return std::unique_ptr<nn::Module>(std::move(a));
   };
@@ -366,20 +366,20 @@ TEST(NnTest, AttentionIsCausal) {
 TEST(NnTest, SequenceParallelNormsKeepTheSequenceSharding) {
   const Tensor x = Values({2, 4, 8}, 8, 2.0);
   for (bool rms : {false, true}) {
-    const MakeModule make = [rms](MeshComms& comms) -> StatusOr<std::unique_ptr<nn::Module>> {
+    const MakeModule make = [rms](RankContext& ctx) -> StatusOr<std::unique_ptr<nn::Module>> {
       std::unique_ptr<nn::Module> m;
       if (rms) {
-        MF_ASSIGN_OR_RETURN(m, nn::RmsNorm::Create({.dim = 8}, comms));
+        MF_ASSIGN_OR_RETURN(m, nn::RmsNorm::Create({.dim = 8}, ctx));
       } else {
-        MF_ASSIGN_OR_RETURN(m, nn::LayerNorm::Create({.dim = 8}, comms));
+        MF_ASSIGN_OR_RETURN(m, nn::LayerNorm::Create({.dim = 8}, ctx));
       }
-      MF_RETURN_IF_ERROR(nn::Parallelize(*m, "tp", {{"", nn::SequenceParallel{}}}, comms));
+      MF_RETURN_IF_ERROR(nn::Parallelize(*m, "tp", {{"", nn::SequenceParallel{}}}, ctx));
       return m;
     };
-    const ForwardFn fwd = [rms](nn::Module& m, const Variable& x, MeshComms& c) {
+    const ForwardFn fwd = [rms](nn::Module& m, const Variable& x, RankContext& c) {
       return rms ? static_cast<nn::RmsNorm&>(m).Forward(x, c) : static_cast<nn::LayerNorm&>(m).Forward(x, c);
     };
-    const InputLayoutFn input = [](nn::Module& m, MeshComms& c) { return m.InputLayout({2, 4, 8}, c.mesh()); };
+    const InputLayoutFn input = [](nn::Module& m, RankContext& c) { return m.InputLayout({2, 4, 8}, c.mesh()); };
     Tensor want, got;
     std::map<std::string, Tensor> want_g, got_g;
     std::map<std::string, std::string> layouts;
@@ -402,19 +402,19 @@ TEST(NnTest, EmbeddingRowwiseAndColwise) {
     std::vector<Tensor> out(2);
     std::string layout;
     for (int run = 0; run < 2; ++run) {
-      Status st = RunOn({run == 0 ? 1 : 2}, {"tp"}, [&](MeshComms& comms) -> Status {
-        MF_ASSIGN_OR_RETURN(std::unique_ptr<nn::Embedding> e, nn::Embedding::Create({.num = 10, .dim = 6, .seed = 2}, comms));
+      Status st = RunOn({run == 0 ? 1 : 2}, {"tp"}, [&](RankContext& ctx) -> Status {
+        MF_ASSIGN_OR_RETURN(std::unique_ptr<nn::Embedding> e, nn::Embedding::Create({.num = 10, .dim = 6, .seed = 2}, ctx));
         if (run == 1) {
           nn::ParallelStyle style = nn::RowwiseParallel{};
           if (col) style = nn::ColwiseParallel{};
-          MF_RETURN_IF_ERROR(nn::Parallelize(*e, "tp", {{"", style}}, comms));
+          MF_RETURN_IF_ERROR(nn::Parallelize(*e, "tp", {{"", style}}, ctx));
         }
-        MF_ASSIGN_OR_RETURN(Layout l, Layout::Create({2, 4}, comms.mesh(), {Replicate{}}));
-        MF_ASSIGN_OR_RETURN(DTensor idd, nn::DistributeFrom(comms.world_rank() == 0 ? &ids : nullptr, l, 0, comms));
+        MF_ASSIGN_OR_RETURN(Layout l, Layout::Create({2, 4}, ctx.mesh(), {Replicate{}}));
+        MF_ASSIGN_OR_RETURN(DTensor idd, nn::DistributeFrom(ctx.world_rank() == 0 ? &ids : nullptr, l, 0, ctx));
         MF_ASSIGN_OR_RETURN(Variable iv, Variable::Leaf(std::move(idd), false));
-        MF_ASSIGN_OR_RETURN(Variable y, e->Forward(iv, comms));
-        MF_ASSIGN_OR_RETURN(Tensor f, FullTensor(y.value(), comms));
-        if (comms.world_rank() == 0) {
+        MF_ASSIGN_OR_RETURN(Variable y, e->Forward(iv, ctx));
+        MF_ASSIGN_OR_RETURN(Tensor f, FullTensor(y.value(), ctx));
+        if (ctx.world_rank() == 0) {
           out[static_cast<size_t>(run)] = std::move(f);
           layout = PlacementsOf(e->weight());
         }
@@ -432,12 +432,12 @@ TEST(NnTest, DistributeFromEqualsDistributeAndSendsOnlyBoxes) {
   const Placement r = Replicate{}, s0 = Shard{0}, s1 = Shard{1}, p = Partial{};
   const std::vector<Placements> cases = {{s0, r}, {s0, s1}, {r, r}, {p, s1}, {s1, s1}};
   for (const Placements& pl : cases) {
-    Status st = RunOn({2, 2}, {"dp", "tp"}, [&](MeshComms& comms) -> Status {
-      const int me = comms.world_rank();
-      MF_ASSIGN_OR_RETURN(Layout l, Layout::Create({5, 3}, comms.mesh(), pl));
-      const ByteCounters before = comms.world().counters();
-      MF_ASSIGN_OR_RETURN(DTensor d, nn::DistributeFrom(me == 3 ? &global : nullptr, l, /*src_rank=*/3, comms));
-      const ByteCounters after = comms.world().counters();
+    Status st = RunOn({2, 2}, {"dp", "tp"}, [&](RankContext& ctx) -> Status {
+      const int me = ctx.world_rank();
+      MF_ASSIGN_OR_RETURN(Layout l, Layout::Create({5, 3}, ctx.mesh(), pl));
+      const ByteCounters before = ctx.world().counters();
+      MF_ASSIGN_OR_RETURN(DTensor d, nn::DistributeFrom(me == 3 ? &global : nullptr, l, /*src_rank=*/3, ctx));
+      const ByteCounters after = ctx.world().counters();
       MF_ASSIGN_OR_RETURN(DTensor want, Distribute(global, l, me));
       EXPECT_EQ(d.local(), want.local()) << l.ToString() << " rank " << me;
       EXPECT_EQ(d.layout(), l);
@@ -453,14 +453,14 @@ TEST(NnTest, DistributeFromEqualsDistributeAndSendsOnlyBoxes) {
 }
 
 // The status rank 0's fn returned (the world itself must not fail: fn's errors are not returned to Run).
-Status ErrorOf(const std::function<Status(MeshComms&)>& fn, std::vector<int64_t> shape = {1},
+Status ErrorOf(const std::function<Status(RankContext&)>& fn, std::vector<int64_t> shape = {1},
                          std::vector<std::string> names = {"tp"}) {
   Status inner = Status::Ok();
   std::mutex mu;
-  Status outer = RunOn(std::move(shape), std::move(names), [&](MeshComms& comms) -> Status {
-    Status s = fn(comms);
+  Status outer = RunOn(std::move(shape), std::move(names), [&](RankContext& ctx) -> Status {
+    Status s = fn(ctx);
     std::lock_guard<std::mutex> lock(mu);
-    if (comms.world_rank() == 0) inner = s;
+    if (ctx.world_rank() == 0) inner = s;
     return Status::Ok();
   });
   if (!outer.ok()) return InternalError("the world failed: " + outer.message());
@@ -473,31 +473,31 @@ void ExpectError(const Status& s, std::string_view words) {
 }
 
 TEST(NnTest, CreateAndForwardErrors) {
-  ExpectError(ErrorOf([](MeshComms& c) { return nn::Linear::Create({.in = 0, .out = 3}, c).status(); }),
+  ExpectError(ErrorOf([](RankContext& c) { return nn::Linear::Create({.in = 0, .out = 3}, c).status(); }),
               "Linear: in 0 must be >= 1");
-  ExpectError(ErrorOf([](MeshComms& c) { return nn::Embedding::Create({.num = 4, .dim = -2}, c).status(); }),
+  ExpectError(ErrorOf([](RankContext& c) { return nn::Embedding::Create({.num = 4, .dim = -2}, c).status(); }),
               "Embedding: dim -2 must be >= 1");
-  ExpectError(ErrorOf([](MeshComms& c) {
+  ExpectError(ErrorOf([](RankContext& c) {
                 return nn::Linear::Create({.in = 2, .out = 3, .dtype = DType::kI32}, c).status();
               }),
               "Linear: dtype i32 is not a float dtype");
-  ExpectError(ErrorOf([](MeshComms& c) { return nn::LayerNorm::Create({.dim = 4, .eps = 0}, c).status(); }),
+  ExpectError(ErrorOf([](RankContext& c) { return nn::LayerNorm::Create({.dim = 4, .eps = 0}, c).status(); }),
               "LayerNorm: eps 0 must be finite and > 0");
-  ExpectError(ErrorOf([](MeshComms& c) { return nn::RmsNorm::Create({.dim = 4, .eps = -1}, c).status(); }),
+  ExpectError(ErrorOf([](RankContext& c) { return nn::RmsNorm::Create({.dim = 4, .eps = -1}, c).status(); }),
               "RmsNorm: eps -1 must be finite and > 0");
-  ExpectError(ErrorOf([](MeshComms& c) { return nn::MakeParameter({2}, DType::kI64, 1, 1.0, 0, c).status(); }),
+  ExpectError(ErrorOf([](RankContext& c) { return nn::MakeParameter({2}, DType::kI64, 1, 1.0, 0, c).status(); }),
               "MakeParameter: dtype i64 is not a float dtype (f32, f64, bf16)");
-  ExpectError(ErrorOf([](MeshComms& c) -> Status {
+  ExpectError(ErrorOf([](RankContext& c) -> Status {
                 MF_ASSIGN_OR_RETURN(std::unique_ptr<nn::CausalSelfAttention> a,
                                     nn::CausalSelfAttention::Create({.dim = 8, .num_heads = 2}, c));
                 return a->Forward(Variable(), c).status();
               }),
               "CausalSelfAttention: the input is an undefined Variable");
-  ExpectError(ErrorOf([](MeshComms& c) {
+  ExpectError(ErrorOf([](RankContext& c) {
                 return nn::CausalSelfAttention::Create({.dim = 6, .num_heads = 4}, c).status();
               }),
               "CausalSelfAttention: dim 6 is not divisible by num_heads 4");
-  ExpectError(ErrorOf([](MeshComms& c) -> Status {
+  ExpectError(ErrorOf([](RankContext& c) -> Status {
                 MF_ASSIGN_OR_RETURN(std::unique_ptr<nn::CausalSelfAttention> a,
                                     nn::CausalSelfAttention::Create({.dim = 8, .num_heads = 2}, c));
                 MF_ASSIGN_OR_RETURN(Layout l, Layout::Create({4, 8}, c.mesh(), {Replicate{}}));
@@ -506,7 +506,7 @@ TEST(NnTest, CreateAndForwardErrors) {
                 return a->Forward(x, c).status();
               }),
               "CausalSelfAttention: input must be [batch, seq, 8], got shape [4,8]");
-  ExpectError(ErrorOf([](MeshComms& c) -> Status {
+  ExpectError(ErrorOf([](RankContext& c) -> Status {
                 MF_ASSIGN_OR_RETURN(std::unique_ptr<nn::Mlp> m, nn::Mlp::Create({.in = 2, .hidden = 2, .out = 2}, c));
                 return m->Submodule("fc3").status();
               }),
@@ -514,8 +514,8 @@ TEST(NnTest, CreateAndForwardErrors) {
 }
 
 TEST(NnTest, ParallelizeErrorsChangeNothing) {
-  auto with_mlp = [](std::function<Status(nn::Mlp&, MeshComms&)> f) {
-    return ErrorOf([f](MeshComms& c) -> Status {
+  auto with_mlp = [](std::function<Status(nn::Mlp&, RankContext&)> f) {
+    return ErrorOf([f](RankContext& c) -> Status {
       MF_ASSIGN_OR_RETURN(std::unique_ptr<nn::Mlp> m, nn::Mlp::Create({.in = 4, .hidden = 4, .out = 4}, c));
       const Status s = f(*m, c);
       for (const nn::NamedParameter& p : m->NamedParameters()) {
@@ -524,30 +524,30 @@ TEST(NnTest, ParallelizeErrorsChangeNothing) {
       return s;
     }, {2, 2}, {"dp", "tp"});
   };
-  ExpectError(with_mlp([](nn::Mlp& m, MeshComms& c) {
+  ExpectError(with_mlp([](nn::Mlp& m, RankContext& c) {
                 return nn::Parallelize(m, "pp", {{"fc1", nn::ColwiseParallel{}}}, c);
               }),
               "Parallelize: mesh dim 'pp' is not a dim of mesh");
-  ExpectError(with_mlp([](nn::Mlp& m, MeshComms& c) {
+  ExpectError(with_mlp([](nn::Mlp& m, RankContext& c) {
                 return nn::Parallelize(m, "tp", {{"fc1", nn::ColwiseParallel{}}, {"fc3", nn::RowwiseParallel{}}}, c);
               }),
               "Parallelize: no submodule 'fc3' in this Mlp; submodules: fc1, fc2");
-  ExpectError(with_mlp([](nn::Mlp& m, MeshComms& c) {
+  ExpectError(with_mlp([](nn::Mlp& m, RankContext& c) {
                 return nn::Parallelize(m, "tp", {{"fc1", nn::ColwiseParallel{}}, {"", nn::RowwiseParallel{}}}, c);
               }),
               "Parallelize: RowwiseParallel applies to Linear or Embedding, but '' is a Mlp");
-  ExpectError(with_mlp([](nn::Mlp& m, MeshComms& c) {
+  ExpectError(with_mlp([](nn::Mlp& m, RankContext& c) {
                 return nn::Parallelize(m, "tp", {{"fc1", nn::SequenceParallel{}}}, c);
               }),
               "Parallelize: SequenceParallel applies to LayerNorm or RmsNorm, but 'fc1' is a Linear");
-  ExpectError(ErrorOf([](MeshComms& c) -> Status {
+  ExpectError(ErrorOf([](RankContext& c) -> Status {
                 MF_ASSIGN_OR_RETURN(std::unique_ptr<nn::LayerNorm> ln, nn::LayerNorm::Create({.dim = 4}, c));
                 return nn::Parallelize(*ln, "tp", {{"", nn::SequenceParallel{.sequence_dim = -1}}}, c);
               }),
               "Parallelize: SequenceParallel sequence_dim -1 must be >= 0");
   // A module created on another mesh than the communicators'.
-  ExpectError(ErrorOf([](MeshComms& c) -> Status {
-                MF_ASSIGN_OR_RETURN(MeshComms other, MeshComms::Create(c.world(), DeviceMesh::Create({1}, {"dp"}).value()));
+  ExpectError(ErrorOf([](RankContext& c) -> Status {
+                MF_ASSIGN_OR_RETURN(RankContext other, RankContext::Create(c.world(), DeviceMesh::Create({1}, {"dp"}).value()));
                 MF_ASSIGN_OR_RETURN(std::unique_ptr<nn::Linear> fc, nn::Linear::Create({.in = 2, .out = 2}, other));
                 return nn::Parallelize(*fc, "tp", {{"", nn::ColwiseParallel{}}}, c);
               }),
@@ -556,22 +556,22 @@ TEST(NnTest, ParallelizeErrorsChangeNothing) {
 
 TEST(NnTest, DistributeFromErrors) {
   const Tensor global = Values({4, 4}, 1, 1.0);
-  auto run = [&](std::function<Status(MeshComms&, const Layout&)> f) {
-    return ErrorOf([f](MeshComms& c) -> Status {
+  auto run = [&](std::function<Status(RankContext&, const Layout&)> f) {
+    return ErrorOf([f](RankContext& c) -> Status {
       MF_ASSIGN_OR_RETURN(Layout l, Layout::Create({4, 4}, c.mesh(), {Shard{0}, Replicate{}}));
       return f(c, l);
     }, {2, 2}, {"dp", "tp"});
   };
-  ExpectError(run([](MeshComms& c, const Layout& l) { return nn::DistributeFrom(nullptr, l, 1, c).status(); }),
+  ExpectError(run([](RankContext& c, const Layout& l) { return nn::DistributeFrom(nullptr, l, 1, c).status(); }),
               "DistributeFrom: the global tensor on src_rank 1 is null");
   const Tensor wrong = Values({3, 4}, 1, 1.0);
-  ExpectError(run([&](MeshComms& c, const Layout& l) {
+  ExpectError(run([&](RankContext& c, const Layout& l) {
                 return nn::DistributeFrom(c.world_rank() == 2 ? &wrong : nullptr, l, 2, c).status();
               }),
               "DistributeFrom: the global tensor on src_rank 2 has shape [3,4] but the layout has shape [4,4]");
-  ExpectError(run([&](MeshComms& c, const Layout& l) { return nn::DistributeFrom(&global, l, 4, c).status(); }),
+  ExpectError(run([&](RankContext& c, const Layout& l) { return nn::DistributeFrom(&global, l, 4, c).status(); }),
               "DistributeFrom: src_rank 4 is not a rank of mesh");
-  ExpectError(run([&](MeshComms& c, const Layout&) -> Status {
+  ExpectError(run([&](RankContext& c, const Layout&) -> Status {
                 MF_ASSIGN_OR_RETURN(Layout other, Layout::Create({4, 4}, DeviceMesh::Create({4}).value(), {Shard{0}}));
                 return nn::DistributeFrom(&global, other, 0, c).status();
               }),

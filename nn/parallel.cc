@@ -3,7 +3,7 @@
 #include <string>
 #include <utility>
 
-#include "meshflow/collectives/dtensor_api.h"
+#include "meshflow/runtime/redistribute.h"
 
 namespace meshflow::nn {
 namespace {
@@ -42,8 +42,8 @@ std::string_view StyleName(const ParallelStyle& style) {
 }
 
 Status Parallelize(Module& module, std::string_view mesh_dim_name, const std::vector<ParallelRule>& plan,
-                   MeshComms& comms) {
-  const DeviceMesh& mesh = comms.mesh();
+                   RankContext& ctx) {
+  const DeviceMesh& mesh = ctx.mesh();
   int d = -1;
   for (int i = 0; i < mesh.ndim(); ++i) {
     if (mesh.DimName(i) == mesh_dim_name) d = i;
@@ -128,7 +128,7 @@ Status Parallelize(Module& module, std::string_view mesh_dim_name, const std::ve
   for (size_t i = 0; i < targets.size(); ++i) {
     Variable& v = *targets[i].param;
     if (v.value().layout() == layouts[i]) continue;
-    MF_ASSIGN_OR_RETURN(DTensor moved, Redistribute(v.value(), layouts[i], comms));
+    MF_ASSIGN_OR_RETURN(DTensor moved, Redistribute(v.value(), layouts[i], ctx));
     *v.mutable_leaf_value() = std::move(moved);
     v.ZeroGrad();
   }

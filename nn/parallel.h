@@ -17,15 +17,15 @@
 // planner prices every input redistribution), so Colwise fc1 + Rowwise fc2 runs as Megatron's
 // MLP with one reduction of the Partial output.
 //
-// Parallelize redistributes (collectives/dtensor_api.h Redistribute) the parameters of each named
+// Parallelize redistributes (runtime/redistribute.h Redistribute) the parameters of each named
 // submodule ("" = the module itself; paths like "block.mlp.fc1") in place, keeping the leaf
 // Variables (their values are equal; gradients are cleared). Call it before creating an
 // optimizer over the params. It is collective: every rank calls it with the same plan.
 //
-//   MF_ASSIGN_OR_RETURN(std::unique_ptr<nn::Mlp> mlp, nn::Mlp::Create({.in = 16, .hidden = 32, .out = 8}, comms));
+//   MF_ASSIGN_OR_RETURN(std::unique_ptr<nn::Mlp> mlp, nn::Mlp::Create({.in = 16, .hidden = 32, .out = 8}, ctx));
 //   MF_RETURN_IF_ERROR(nn::Parallelize(*mlp, "tp", {{"fc1", nn::ColwiseParallel{}},
-//                                                   {"fc2", nn::RowwiseParallel{}}}, comms));
-//   MF_RETURN_IF_ERROR(nn::Parallelize(*mlp, "dp", {{"", nn::Fsdp{}}}, comms));  // FSDP + TP
+//                                                   {"fc2", nn::RowwiseParallel{}}}, ctx));
+//   MF_RETURN_IF_ERROR(nn::Parallelize(*mlp, "dp", {{"", nn::Fsdp{}}}, ctx));  // FSDP + TP
 //
 // Errors (INVALID_ARGUMENT naming the value; checked for the whole plan before anything moves):
 // a mesh dim name the communicators' mesh does not have, a submodule path the module does not
@@ -42,7 +42,7 @@
 #include <vector>
 
 #include "meshflow/base/status.h"
-#include "meshflow/collectives/mesh_comms.h"
+#include "meshflow/runtime/rank_context.h"
 #include "meshflow/nn/module.h"
 
 namespace meshflow::nn {
@@ -66,7 +66,7 @@ struct ParallelRule {
 
 // Collective. See the banner.
 Status Parallelize(Module& module, std::string_view mesh_dim_name, const std::vector<ParallelRule>& plan,
-                   MeshComms& comms);
+                   RankContext& ctx);
 
 }  // namespace meshflow::nn
 

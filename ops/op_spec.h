@@ -1,8 +1,8 @@
 // The op definitions: one small parameter struct per op (OpSpec is a std::variant of them), and
 // in one place per op (op_spec.cc, one section each) its name, operand count, sharding rule,
 // dtype contract and CPU kernel. Everything here is pure: no mesh, no communicator, no planner.
-// The strategy choice (ops/strategy.h), the eager runtime (ops/eager.h), the graph IR
-// (ops/graph.h) and autograd (autograd/) build on it; the ops' backward (VJPs) live in
+// The strategy choice (runtime/strategy.h), the eager runtime (runtime/eager.h), the graph IR
+// (compiler/graph.h) and autograd (autograd/) build on it; the ops' backward (VJPs) live in
 // autograd/vjp.cc, written with the eager ops.
 //
 //   const OpSpec mm = OpSpec::Matmul();
@@ -208,7 +208,7 @@ StatusOr<Tensor> RunKernel(const OpSpec& op, std::span<const Tensor* const> oper
 
 // Where a VJP emits the ops of a backward computation. Values are handles chosen by the builder:
 // the eager autograd runs each op at once on DTensors (autograd/vjp.h), the graph autodiff appends
-// nodes to a Graph (ops/graph_autodiff.h). So a backward computation is made of ordinary ops,
+// nodes to a Graph (compiler/graph_autodiff.h). So a backward computation is made of ordinary ops,
 // sharded by the same rules and planned by the same planner as the forward.
 class GradBuilder {
  public:

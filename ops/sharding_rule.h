@@ -26,7 +26,7 @@
 // Data movement (permute, reshape, concat, slice) and embedding pass every Partial op through
 // ({P(op),..} -> P(op) for sum, avg, max, min); their rules, the norms' and cross-entropy's live in
 // rules_shape.cc. Reshape and slice strategies that keep a Shard are exact only on some meshes:
-// EvaluateStrategy / CheckStrategyOnMesh (ops/eager.h) decide.
+// EvaluateStrategy / CheckStrategyOnMesh (runtime/eager.h) decide.
 //
 // Strategies (EnumerateStrategies): every assignment of each mesh dim to one of
 //   Replicate | one shardable factor (not kNeedReplication, size >= 1) | one partial rule;
@@ -223,7 +223,7 @@ std::vector<ReshapeGroup> ReshapeGroups(std::span<const int64_t> x, std::span<co
 // input rows [lo, hi) of the major input dim (times the rest of the group) must be the same flat
 // range as its result rows of the major result dim. E.g. [4,3] -> [12] on 2 ranks: rows [0,2) x 3
 // = [0,6) = result [0,6): exact; [3,4] -> [12] on 2 ranks: [0,2) x 4 = [0,8) but the result
-// holds [0,6): not exact. EvaluateStrategy (ops/eager.h) rejects the inexact ones
+// holds [0,6): not exact. EvaluateStrategy (runtime/eager.h) rejects the inexact ones
 // (ReshapeShardingIsExact), so the input is redistributed first.
 StatusOr<ShardingRule> ReshapeRule(std::span<const int64_t> x, std::span<const int64_t> shape);
 

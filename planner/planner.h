@@ -5,7 +5,7 @@
 //
 //   RedistributeOptions options;                       // optimal planner, default topology
 //   MF_ASSIGN_OR_RETURN(std::shared_ptr<const Plan> plan, PlanFor(from, to, DType::kF32, options));
-//   // plan->steps: the collectives; ExecutePlan (collectives/executor.h) runs them.
+//   // plan->steps: the collectives; ExecutePlan (runtime/executor.h) runs them.
 //
 // Optimal plans come from a process-wide PlanCache keyed on (layouts, shape, dtype, topology,
 // budget) unless `options.cache` names another one; greedy and direct plans are computed on every

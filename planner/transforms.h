@@ -1,6 +1,6 @@
 // Transforms: the single steps the planner may emit, with the rules that make each one
 // executable from its `from`/`to` layouts, `kind` and `mesh_dims` alone (box arithmetic in
-// collectives/executor.cc).
+// runtime/executor.cc).
 //
 // A state is placements + normalized shard order (Layout::shard_order(): per tensor dim the mesh
 // dims sharding it, outermost first). The rules (M = the step's mesh_dims):

@@ -26,9 +26,9 @@
 
 #include "meshflow/checkpoint/checkpoint.h"
 #include "meshflow/checkpoint/format.h"
-#include "meshflow/collectives/dtensor_api.h"
-#include "meshflow/collectives/executor.h"
-#include "meshflow/collectives/mesh_comms.h"
+#include "meshflow/runtime/redistribute.h"
+#include "meshflow/runtime/executor.h"
+#include "meshflow/runtime/rank_context.h"
 #include "meshflow/collectives/mpi/mpi_communicator.h"
 #include "meshflow/collectives/threads/threads_world.h"
 #include "meshflow/data/dataset.h"
@@ -37,10 +37,10 @@
 #include "meshflow/dtensor/layout.h"
 #include "meshflow/dtensor/placement.h"
 #include "meshflow/mesh/device_mesh.h"
-#include "meshflow/ops/eager.h"
-#include "meshflow/ops/graph.h"
-#include "meshflow/ops/program.h"
-#include "meshflow/ops/propagation.h"
+#include "meshflow/runtime/eager.h"
+#include "meshflow/compiler/graph.h"
+#include "meshflow/compiler/program.h"
+#include "meshflow/compiler/propagation.h"
 #include "meshflow/planner/cost_model.h"
 #include "meshflow/planner/greedy_reference.h"
 #include "meshflow/planner/planner.h"
@@ -254,16 +254,16 @@ TEST(ErrorsTest, PlanFor_DirectFromPartial) {
                StatusCode::kInvalidArgument, "cannot start from a Partial layout");
 }
 
-// ---- Redistribute / FullTensor / ExecutePlan / MeshComms (threads world) ----
+// ---- Redistribute / FullTensor / ExecutePlan / RankContext (threads world) ----
 
 TEST(ErrorsTest, Redistribute_TargetOnOtherMesh) {
   const DeviceMesh m = Mesh({2});
   const Layout other = *Layout::Create({4}, *DeviceMesh::Create({2}, {"tp"}), {Replicate{}});
   std::vector<Status> st = RunRanks(2, [&](Communicator& c) -> Status {
-    MF_ASSIGN_OR_RETURN(MeshComms comms, MeshComms::Create(c, m));
+    MF_ASSIGN_OR_RETURN(RankContext ctx, RankContext::Create(c, m));
     MF_ASSIGN_OR_RETURN(DTensor x, Distribute(Tensor::Iota(DType::kF32, {4}), MakeLayout({4}, m, "S(0)"),
                                               c.world_rank()));
-    return Redistribute(x, other, comms).status();
+    return Redistribute(x, other, ctx).status();
   });
   for (const Status& s : st) EXPECT_ERROR(s, StatusCode::kInvalidArgument, "different meshes");
 }
@@ -271,11 +271,11 @@ TEST(ErrorsTest, Redistribute_TargetOnOtherMesh) {
 TEST(ErrorsTest, Redistribute_MismatchedShapesAcrossRanks) {
   const DeviceMesh m = Mesh({2});
   std::vector<Status> st = RunRanks(2, [&](Communicator& c) -> Status {
-    MF_ASSIGN_OR_RETURN(MeshComms comms, MeshComms::Create(c, m));
+    MF_ASSIGN_OR_RETURN(RankContext ctx, RankContext::Create(c, m));
     const int64_t n = c.world_rank() == 0 ? 4 : 6;  // the ranks disagree on the global shape
     MF_ASSIGN_OR_RETURN(DTensor x, Distribute(Tensor::Iota(DType::kF32, {n}), MakeLayout({n}, m, "S(0)"),
                                               c.world_rank()));
-    return Redistribute(x, MakeLayout({n}, m, "R"), comms).status();
+    return Redistribute(x, MakeLayout({n}, m, "R"), ctx).status();
   });
   for (const Status& s : st) EXPECT_ERROR(s, StatusCode::kFailedPrecondition, "all_gather");
 }
@@ -283,10 +283,10 @@ TEST(ErrorsTest, Redistribute_MismatchedShapesAcrossRanks) {
 TEST(ErrorsTest, FullTensor_ZeroSizeDimIsLegal) {
   const DeviceMesh m = Mesh({2, 2});
   std::vector<Status> st = RunRanks(4, [&](Communicator& c) -> Status {
-    MF_ASSIGN_OR_RETURN(MeshComms comms, MeshComms::Create(c, m));
+    MF_ASSIGN_OR_RETURN(RankContext ctx, RankContext::Create(c, m));
     const Tensor g = Tensor::Iota(DType::kI32, {3, 0});
     MF_ASSIGN_OR_RETURN(DTensor x, Distribute(g, MakeLayout({3, 0}, m, "S(0),S(1)"), c.world_rank()));
-    MF_ASSIGN_OR_RETURN(Tensor full, FullTensor(x, comms));
+    MF_ASSIGN_OR_RETURN(Tensor full, FullTensor(x, ctx));
     return full == g ? Status() : InternalError("FullTensor differs");
   });
   for (const Status& s : st) EXPECT_TRUE(s.ok()) << s;
@@ -297,9 +297,9 @@ TEST(ErrorsTest, ExecutePlan_WrongDtype) {
   auto plan = PlanFor(MakeLayout({4}, m, "S(0)"), MakeLayout({4}, m, "R"), DType::kF32);
   ASSERT_TRUE(plan.ok()) << plan.status();
   std::vector<Status> st = RunRanks(2, [&](Communicator& c) -> Status {
-    MF_ASSIGN_OR_RETURN(MeshComms comms, MeshComms::Create(c, m));
+    MF_ASSIGN_OR_RETURN(RankContext ctx, RankContext::Create(c, m));
     Tensor local = Tensor::Zeros(DType::kI32, {2});
-    return ExecutePlan(**plan, comms, local);
+    return ExecutePlan(**plan, ctx, local);
   });
   for (const Status& s : st) {
     EXPECT_ERROR(s, StatusCode::kInvalidArgument, "plan is for dtype f32 but the local tensor is i32");
@@ -319,9 +319,9 @@ TEST(ErrorsTest, ExecutePlan_WrongLocalShapeOnOneRank) {
   // Each rank returns its error, so Run aborts the world: rank 0, already waiting in the
   // all_gather for rank 1, gets Aborted at once instead of waiting for the 20 s timeout.
   Status run = (*world)->Run([&](Communicator& c) -> Status {
-    MF_ASSIGN_OR_RETURN(MeshComms comms, MeshComms::Create(c, m));
+    MF_ASSIGN_OR_RETURN(RankContext ctx, RankContext::Create(c, m));
     Tensor local = Tensor::Zeros(DType::kF32, {c.world_rank() == 1 ? 3 : 2});
-    st[static_cast<size_t>(c.world_rank())] = ExecutePlan(**plan, comms, local);
+    st[static_cast<size_t>(c.world_rank())] = ExecutePlan(**plan, ctx, local);
     return st[static_cast<size_t>(c.world_rank())];
   });
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
@@ -336,9 +336,9 @@ TEST(ErrorsTest, ExecutePlan_PlanForOtherMesh) {
   auto plan = PlanFor(MakeLayout({4}, named, "S(0)"), MakeLayout({4}, named, "R"), DType::kF32);
   ASSERT_TRUE(plan.ok()) << plan.status();
   std::vector<Status> st = RunRanks(2, [&](Communicator& c) -> Status {
-    MF_ASSIGN_OR_RETURN(MeshComms comms, MeshComms::Create(c, m));
+    MF_ASSIGN_OR_RETURN(RankContext ctx, RankContext::Create(c, m));
     Tensor local = Tensor::Zeros(DType::kF32, {2});
-    return ExecutePlan(**plan, comms, local);
+    return ExecutePlan(**plan, ctx, local);
   });
   for (const Status& s : st) EXPECT_ERROR(s, StatusCode::kInvalidArgument, "but the communicators are for");
 }
@@ -352,9 +352,9 @@ TEST(ErrorsTest, ExecutePlan_RankSkipsCollective) {
       3,
       [&](Communicator& c) -> Status {
         if (c.world_rank() == 2) return Status();  // never joins the all_gather
-        MF_ASSIGN_OR_RETURN(MeshComms comms, MeshComms::Create(c, m));
+        MF_ASSIGN_OR_RETURN(RankContext ctx, RankContext::Create(c, m));
         Tensor local = Tensor::Zeros(DType::kF32, {2});
-        return ExecutePlan(**plan, comms, local);
+        return ExecutePlan(**plan, ctx, local);
       },
       /*ms=*/200);
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
@@ -397,7 +397,7 @@ TEST(ErrorsTest, ThreadWorldRun_FailingRankAbortsPeers) {
 
 TEST(ErrorsTest, MeshCommsCreate_MeshSizeNotWorldSize) {
   std::vector<Status> st = RunRanks(2, [](Communicator& c) -> Status {
-    return MeshComms::Create(c, Mesh({4})).status();
+    return RankContext::Create(c, Mesh({4})).status();
   });
   for (const Status& s : st) EXPECT_ERROR(s, StatusCode::kInvalidArgument, "the mesh must cover the world exactly");
 }
@@ -413,10 +413,10 @@ TEST(ErrorsTest, MpiCommunicatorCreate_BeforeMpiInit) {
 Status SaveW(const std::string& dir) {
   const DeviceMesh m = Mesh({2});
   std::vector<Status> st = RunRanks(2, [&](Communicator& c) -> Status {
-    MF_ASSIGN_OR_RETURN(MeshComms comms, MeshComms::Create(c, m));
+    MF_ASSIGN_OR_RETURN(RankContext ctx, RankContext::Create(c, m));
     MF_ASSIGN_OR_RETURN(DTensor w, Distribute(Tensor::Iota(DType::kF32, {6, 4}), MakeLayout({6, 4}, m, "S(0)"),
                                               c.world_rank()));
-    return SaveCheckpoint(dir, {{"w", &w}}, comms);
+    return SaveCheckpoint(dir, {{"w", &w}}, ctx);
   });
   return st[0].ok() ? st[1] : st[0];
 }
@@ -425,8 +425,8 @@ Status SaveW(const std::string& dir) {
 Status LoadW(const std::string& dir, std::vector<int64_t> shape = {6, 4}, std::string name = "w") {
   const DeviceMesh m = Mesh({2});
   std::vector<Status> st = RunRanks(2, [&](Communicator& c) -> Status {
-    MF_ASSIGN_OR_RETURN(MeshComms comms, MeshComms::Create(c, m));
-    return LoadTensor(dir, name, MakeLayout(shape, m, "R"), comms).status();
+    MF_ASSIGN_OR_RETURN(RankContext ctx, RankContext::Create(c, m));
+    return LoadTensor(dir, name, MakeLayout(shape, m, "R"), ctx).status();
   });
   return st[0];
 }
@@ -500,9 +500,9 @@ TEST(ErrorsTest, LoadTensor_CorruptDataFile) {
 TEST(ErrorsTest, SaveCheckpoint_DuplicateName) {
   const DeviceMesh m = Mesh({1});
   std::vector<Status> st = RunRanks(1, [&](Communicator& c) -> Status {
-    MF_ASSIGN_OR_RETURN(MeshComms comms, MeshComms::Create(c, m));
+    MF_ASSIGN_OR_RETURN(RankContext ctx, RankContext::Create(c, m));
     MF_ASSIGN_OR_RETURN(DTensor w, Distribute(Tensor::Iota(DType::kF32, {2}), MakeLayout({2}, m, "R"), 0));
-    return SaveCheckpoint(FreshDir("dup"), {{"w", &w}, {"w", &w}}, comms);
+    return SaveCheckpoint(FreshDir("dup"), {{"w", &w}, {"w", &w}}, ctx);
   });
   EXPECT_ERROR(st[0], StatusCode::kInvalidArgument, "duplicate tensor name 'w'");
 }
@@ -511,10 +511,10 @@ TEST(ErrorsTest, SaveCheckpoint_DifferentTensorListsAcrossRanks) {
   const DeviceMesh m = Mesh({2});
   const std::string dir = FreshDir("lists");
   std::vector<Status> st = RunRanks(2, [&](Communicator& c) -> Status {
-    MF_ASSIGN_OR_RETURN(MeshComms comms, MeshComms::Create(c, m));
+    MF_ASSIGN_OR_RETURN(RankContext ctx, RankContext::Create(c, m));
     MF_ASSIGN_OR_RETURN(DTensor w, Distribute(Tensor::Iota(DType::kF32, {4}), MakeLayout({4}, m, "S(0)"),
                                               c.world_rank()));
-    return SaveCheckpoint(dir, {{c.world_rank() == 0 ? "w" : "v", &w}}, comms);
+    return SaveCheckpoint(dir, {{c.world_rank() == 0 ? "w" : "v", &w}}, ctx);
   });
   for (const Status& s : st) EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << s;
 }
@@ -572,10 +572,10 @@ TEST(ErrorsTest, DataLoaderRestore_OtherSeed) {
 TEST(ErrorsTest, EagerExp_IntegerDtypeUnimplemented) {
   const DeviceMesh m = Mesh({2});
   std::vector<Status> st = RunRanks(2, [&](Communicator& c) -> Status {
-    MF_ASSIGN_OR_RETURN(MeshComms comms, MeshComms::Create(c, m));
+    MF_ASSIGN_OR_RETURN(RankContext ctx, RankContext::Create(c, m));
     MF_ASSIGN_OR_RETURN(DTensor x, Distribute(Tensor::Iota(DType::kI32, {4}), MakeLayout({4}, m, "S(0)"),
                                               c.world_rank()));
-    return Exp(x, comms).status();
+    return Exp(x, ctx).status();
   });
   for (const Status& s : st) EXPECT_ERROR(s, StatusCode::kUnimplemented, "dtype i32 not supported");
 }
@@ -583,12 +583,12 @@ TEST(ErrorsTest, EagerExp_IntegerDtypeUnimplemented) {
 TEST(ErrorsTest, EagerMatmul_ContractingSizesDiffer) {
   const DeviceMesh m = Mesh({2});
   std::vector<Status> st = RunRanks(2, [&](Communicator& c) -> Status {
-    MF_ASSIGN_OR_RETURN(MeshComms comms, MeshComms::Create(c, m));
+    MF_ASSIGN_OR_RETURN(RankContext ctx, RankContext::Create(c, m));
     MF_ASSIGN_OR_RETURN(DTensor a, Distribute(Tensor::Iota(DType::kF32, {4, 3}), MakeLayout({4, 3}, m, "S(0)"),
                                               c.world_rank()));
     MF_ASSIGN_OR_RETURN(DTensor b, Distribute(Tensor::Iota(DType::kF32, {4, 2}), MakeLayout({4, 2}, m, "R"),
                                               c.world_rank()));
-    return Matmul(a, b, comms).status();
+    return Matmul(a, b, ctx).status();
   });
   for (const Status& s : st) EXPECT_ERROR(s, StatusCode::kInvalidArgument, "contracting sizes differ");
 }
@@ -597,12 +597,12 @@ TEST(ErrorsTest, EagerAdd_OperandsOnDifferentMeshes) {
   const DeviceMesh m = Mesh({2});
   const DeviceMesh named = *DeviceMesh::Create({2}, {"tp"});
   std::vector<Status> st = RunRanks(2, [&](Communicator& c) -> Status {
-    MF_ASSIGN_OR_RETURN(MeshComms comms, MeshComms::Create(c, m));
+    MF_ASSIGN_OR_RETURN(RankContext ctx, RankContext::Create(c, m));
     MF_ASSIGN_OR_RETURN(DTensor a, Distribute(Tensor::Iota(DType::kF32, {4}), MakeLayout({4}, m, "R"),
                                               c.world_rank()));
     MF_ASSIGN_OR_RETURN(DTensor b, Distribute(Tensor::Iota(DType::kF32, {4}), MakeLayout({4}, named, "R"),
                                               c.world_rank()));
-    return Add(a, b, comms).status();
+    return Add(a, b, ctx).status();
   });
   for (const Status& s : st) EXPECT_ERROR(s, StatusCode::kInvalidArgument, "operands on different meshes");
 }
@@ -611,12 +611,12 @@ TEST(ErrorsTest, EagerAdd_OperandsOnDifferentMeshes) {
 // mesh and the rank) and the per-rank statuses come back.
 std::vector<Status> RunEager2(
     const std::function<StatusOr<std::vector<DTensor>>(const DeviceMesh&, int)>& make_inputs,
-    const std::function<Status(const std::vector<DTensor>&, MeshComms&)>& op) {
+    const std::function<Status(const std::vector<DTensor>&, RankContext&)>& op) {
   const DeviceMesh m = Mesh({2});
   return RunRanks(2, [&](Communicator& c) -> Status {
-    MF_ASSIGN_OR_RETURN(MeshComms comms, MeshComms::Create(c, m));
+    MF_ASSIGN_OR_RETURN(RankContext ctx, RankContext::Create(c, m));
     MF_ASSIGN_OR_RETURN(std::vector<DTensor> in, make_inputs(m, c.world_rank()));
-    return op(in, comms);
+    return op(in, ctx);
   });
 }
 
@@ -630,7 +630,7 @@ TEST(ErrorsTest, EagerReshape_ElementCountMismatch) {
         MF_ASSIGN_OR_RETURN(DTensor x, Dist(Tensor::Iota(DType::kF32, {4, 6}), m, "S(0)", r));
         return std::vector<DTensor>{x};
       },
-      [](const std::vector<DTensor>& in, MeshComms& comms) { return Reshape(in[0], {5, 5}, comms).status(); });
+      [](const std::vector<DTensor>& in, RankContext& ctx) { return Reshape(in[0], {5, 5}, ctx).status(); });
   for (const Status& s : st) EXPECT_ERROR(s, StatusCode::kInvalidArgument, "(24 elements) cannot become [5,5]");
 }
 
@@ -640,7 +640,7 @@ TEST(ErrorsTest, EagerPermute_NotAPermutation) {
         MF_ASSIGN_OR_RETURN(DTensor x, Dist(Tensor::Iota(DType::kF32, {4, 6}), m, "S(0)", r));
         return std::vector<DTensor>{x};
       },
-      [](const std::vector<DTensor>& in, MeshComms& comms) { return Permute(in[0], {0, 0}, comms).status(); });
+      [](const std::vector<DTensor>& in, RankContext& ctx) { return Permute(in[0], {0, 0}, ctx).status(); });
   for (const Status& s : st) EXPECT_ERROR(s, StatusCode::kInvalidArgument, "is not a permutation of the dims");
 }
 
@@ -651,7 +651,7 @@ TEST(ErrorsTest, EagerEmbedding_FloatIds) {
         MF_ASSIGN_OR_RETURN(DTensor ids, Dist(Tensor::Zeros(DType::kF32, {2}), m, "R", r));
         return std::vector<DTensor>{table, ids};
       },
-      [](const std::vector<DTensor>& in, MeshComms& comms) { return Embedding(in[0], in[1], comms).status(); });
+      [](const std::vector<DTensor>& in, RankContext& ctx) { return Embedding(in[0], in[1], ctx).status(); });
   for (const Status& s : st) EXPECT_ERROR(s, StatusCode::kInvalidArgument, "ids dtype f32 must be i32 or i64");
 }
 
@@ -665,7 +665,7 @@ TEST(ErrorsTest, EagerEmbedding_IdOutOfRange) {
         MF_ASSIGN_OR_RETURN(DTensor ids, Dist(id_values, m, "R", r));
         return std::vector<DTensor>{table, ids};
       },
-      [](const std::vector<DTensor>& in, MeshComms& comms) { return Embedding(in[0], in[1], comms).status(); });
+      [](const std::vector<DTensor>& in, RankContext& ctx) { return Embedding(in[0], in[1], ctx).status(); });
   for (const Status& s : st) EXPECT_ERROR(s, StatusCode::kInvalidArgument, "id 7 at 0 outside [0, 4)");
 }
 
@@ -676,9 +676,9 @@ TEST(ErrorsTest, EagerConcat_MismatchedNonConcatDims) {
         MF_ASSIGN_OR_RETURN(DTensor b, Dist(Tensor::Iota(DType::kF32, {2, 4}), m, "R", r));
         return std::vector<DTensor>{a, b};
       },
-      [](const std::vector<DTensor>& in, MeshComms& comms) {
+      [](const std::vector<DTensor>& in, RankContext& ctx) {
         const DTensor* xs[] = {&in[0], &in[1]};
-        return Concat(xs, /*dim=*/0, comms).status();
+        return Concat(xs, /*dim=*/0, ctx).status();
       });
   for (const Status& s : st) {
     EXPECT_ERROR(s, StatusCode::kInvalidArgument, "operand 1 shape [2,4] does not match operand 0 shape [2,3]");
@@ -691,8 +691,8 @@ TEST(ErrorsTest, EagerSlice_ZeroStep) {
         MF_ASSIGN_OR_RETURN(DTensor x, Dist(Tensor::Iota(DType::kF32, {4, 6}), m, "S(1)", r));
         return std::vector<DTensor>{x};
       },
-      [](const std::vector<DTensor>& in, MeshComms& comms) {
-        return Slice(in[0], /*dim=*/1, 0, 6, /*step=*/0, comms).status();
+      [](const std::vector<DTensor>& in, RankContext& ctx) {
+        return Slice(in[0], /*dim=*/1, 0, 6, /*step=*/0, ctx).status();
       });
   for (const Status& s : st) EXPECT_ERROR(s, StatusCode::kInvalidArgument, "step 0 must be >= 1");
 }
@@ -704,8 +704,8 @@ TEST(ErrorsTest, EagerCrossEntropy_TargetsShapeMismatch) {
         MF_ASSIGN_OR_RETURN(DTensor targets, Dist(Tensor::Zeros(DType::kI32, {3}), m, "R", r));
         return std::vector<DTensor>{logits, targets};
       },
-      [](const std::vector<DTensor>& in, MeshComms& comms) {
-        return CrossEntropy(in[0], in[1], LossReduction::kMean, comms).status();
+      [](const std::vector<DTensor>& in, RankContext& ctx) {
+        return CrossEntropy(in[0], in[1], LossReduction::kMean, ctx).status();
       });
   for (const Status& s : st) {
     EXPECT_ERROR(s, StatusCode::kInvalidArgument, "targets shape [3] must be the logits shape [4,5] without its last dim");
@@ -719,8 +719,8 @@ TEST(ErrorsTest, EagerLayerNorm_WeightShapeMismatch) {
         MF_ASSIGN_OR_RETURN(DTensor w, Dist(Tensor::Iota(DType::kF32, {5}), m, "R", r));
         return std::vector<DTensor>{x, w};
       },
-      [](const std::vector<DTensor>& in, MeshComms& comms) {
-        return LayerNorm(in[0], /*normalized_ndim=*/1, &in[1], /*bias=*/nullptr, 1e-5, comms).status();
+      [](const std::vector<DTensor>& in, RankContext& ctx) {
+        return LayerNorm(in[0], /*normalized_ndim=*/1, &in[1], /*bias=*/nullptr, 1e-5, ctx).status();
       });
   for (const Status& s : st) {
     EXPECT_ERROR(s, StatusCode::kInvalidArgument, "layer_norm: weight shape [5] differs from the normalized dims [6]");
@@ -779,8 +779,8 @@ TEST(ErrorsTest, ProgramExecute_WrongInputCount) {
   const DeviceMesh m = Mesh({2});
   const Program p = NegProgram(m);
   std::vector<Status> st = RunRanks(2, [&](Communicator& c) -> Status {
-    MF_ASSIGN_OR_RETURN(MeshComms comms, MeshComms::Create(c, m));
-    return Execute(p, comms, {}).status();
+    MF_ASSIGN_OR_RETURN(RankContext ctx, RankContext::Create(c, m));
+    return Execute(p, ctx, {}).status();
   });
   for (const Status& s : st) EXPECT_ERROR(s, StatusCode::kInvalidArgument, "execute: expected 1 inputs, got 0");
 }
@@ -789,9 +789,9 @@ TEST(ErrorsTest, ProgramExecute_WrongInputShape) {
   const DeviceMesh m = Mesh({2});
   const Program p = NegProgram(m);
   std::vector<Status> st = RunRanks(2, [&](Communicator& c) -> Status {
-    MF_ASSIGN_OR_RETURN(MeshComms comms, MeshComms::Create(c, m));
+    MF_ASSIGN_OR_RETURN(RankContext ctx, RankContext::Create(c, m));
     MF_ASSIGN_OR_RETURN(DTensor x, Dist(Tensor::Iota(DType::kF32, {4, 3}), m, "S(0)", c.world_rank()));
-    return Execute(p, comms, std::span<const DTensor>(&x, 1)).status();
+    return Execute(p, ctx, std::span<const DTensor>(&x, 1)).status();
   });
   for (const Status& s : st) EXPECT_ERROR(s, StatusCode::kInvalidArgument, "input 'x' is f32[4,3], expected f32[4,2]");
 }

@@ -4,7 +4,7 @@
 #include <span>
 #include <utility>
 
-#include "meshflow/collectives/executor.h"
+#include "meshflow/runtime/executor.h"
 
 namespace meshflow::testing {
 
@@ -94,15 +94,15 @@ std::string PlanCase(const RedistributeCase& c, PlannerKind planner, std::option
   return "";
 }
 
-StatusOr<std::string> CheckRank(const RedistributeCase& c, const PlannedCase& planned, MeshComms& comms) {
+StatusOr<std::string> CheckRank(const RedistributeCase& c, const PlannedCase& planned, RankContext& ctx) {
   const Plan& p = *planned.plan;
   const Tensor& global = planned.global;
-  Communicator& comm = comms.world();
+  Communicator& comm = ctx.world();
   const int r = comm.world_rank();
   MF_ASSIGN_OR_RETURN(DTensor x, Distribute(global, planned.from, r));
   Tensor local = x.local();
   comm.ResetCounters();
-  MF_RETURN_IF_ERROR(ExecutePlan(p, comms, local));
+  MF_RETURN_IF_ERROR(ExecutePlan(p, ctx, local));
   const ByteCounters counted = comm.counters();
   MF_ASSIGN_OR_RETURN(DTensor y, DTensor::FromLocal(local, planned.to, r));
   std::string err;
@@ -114,7 +114,7 @@ StatusOr<std::string> CheckRank(const RedistributeCase& c, const PlannedCase& pl
   if (err.empty() && counted.bytes_received != modelled) {
     err = "received " + std::to_string(counted.bytes_received) + " bytes, plan models " + std::to_string(modelled);
   }
-  MF_ASSIGN_OR_RETURN(Tensor full, FullTensor(y, comms));
+  MF_ASSIGN_OR_RETURN(Tensor full, FullTensor(y, ctx));
   if (err.empty() && !(full == global)) err = "FullTensor differs: " + full.ToString();
   return err;
 }

@@ -7,8 +7,8 @@
 //   std::optional<PlannedCase> planned;
 //   std::string failure = PlanCase(c, PlannerKind::kOptimal, &planned);
 //   if (failure.empty() && planned) {
-//     // on every rank of c.mesh, with that rank's MeshComms:
-//     StatusOr<std::string> err = CheckRank(c, *planned, comms);  // "" when the rank's result is right
+//     // on every rank of c.mesh, with that rank's RankContext:
+//     StatusOr<std::string> err = CheckRank(c, *planned, ctx);  // "" when the rank's result is right
 //   }
 #ifndef MESHFLOW_TESTS_REDISTRIBUTE_CASES_H_
 #define MESHFLOW_TESTS_REDISTRIBUTE_CASES_H_
@@ -21,8 +21,8 @@
 #include <vector>
 
 #include "meshflow/base/status.h"
-#include "meshflow/collectives/dtensor_api.h"
-#include "meshflow/collectives/mesh_comms.h"
+#include "meshflow/runtime/redistribute.h"
+#include "meshflow/runtime/rank_context.h"
 #include "meshflow/dtensor/dtensor.h"
 
 namespace meshflow::testing {
@@ -76,12 +76,12 @@ struct PlannedCase {
 // shard orders, direct from Partial sources).
 std::string PlanCase(const RedistributeCase& c, PlannerKind planner, std::optional<PlannedCase>* planned);
 
-// Collective over comms.world() (every rank of c.mesh calls it): distributes the global tensor,
+// Collective over ctx.world() (every rank of c.mesh calls it): distributes the global tensor,
 // resets this rank's byte counters, executes the plan and checks this rank's result. Returns ""
 // or the first failure ("got X want Y" for a Partial-free target that differs from ReferenceLocal,
 // "received N bytes, plan models M" when the counted bytes differ from the plan's, "FullTensor
 // differs: X"); an error status when a step fails.
-StatusOr<std::string> CheckRank(const RedistributeCase& c, const PlannedCase& planned, MeshComms& comms);
+StatusOr<std::string> CheckRank(const RedistributeCase& c, const PlannedCase& planned, RankContext& ctx);
 
 }  // namespace meshflow::testing
 

@@ -18,9 +18,9 @@
 #include <gtest/gtest.h>
 
 #include "meshflow/base/test_cases.h"
-#include "meshflow/collectives/dtensor_api.h"
-#include "meshflow/collectives/executor.h"
-#include "meshflow/collectives/mesh_comms.h"
+#include "meshflow/runtime/redistribute.h"
+#include "meshflow/runtime/executor.h"
+#include "meshflow/runtime/rank_context.h"
 #include "meshflow/collectives/threads/threads_world.h"
 #include "meshflow/dtensor/dtensor.h"
 #include "meshflow/tests/redistribute_cases.h"
@@ -59,7 +59,7 @@ void PoisonPool(BufferPool& pool) {
 }
 
 // Runs one case with one planner; returns a description of the first failure, or "". With
-// `stale_pool`, every rank runs the case twice on the same MeshComms, each time from a poisoned
+// `stale_pool`, every rank runs the case twice on the same RankContext, each time from a poisoned
 // step-buffer pool (the second run also reuses the first run's buffers).
 std::string RunCase(const RedistributeCase& c, PlannerKind planner, bool stale_pool = false) {
   std::optional<PlannedCase> planned;
@@ -70,10 +70,10 @@ std::string RunCase(const RedistributeCase& c, PlannerKind planner, bool stale_p
   std::mutex mu;
   std::string failure;
   Status run = world.Run([&](Communicator& comm) -> Status {
-    MF_ASSIGN_OR_RETURN(MeshComms comms, MeshComms::Create(comm, c.mesh));
+    MF_ASSIGN_OR_RETURN(RankContext ctx, RankContext::Create(comm, c.mesh));
     for (int run = 0; run < (stale_pool ? 2 : 1); ++run) {
-      if (stale_pool) PoisonPool(comms.buffers());
-      MF_ASSIGN_OR_RETURN(std::string err, CheckRank(c, *planned, comms));
+      if (stale_pool) PoisonPool(ctx.buffers());
+      MF_ASSIGN_OR_RETURN(std::string err, CheckRank(c, *planned, ctx));
       if (!err.empty()) {
         std::lock_guard<std::mutex> lock(mu);
         if (failure.empty()) failure = "rank " + std::to_string(comm.world_rank()) + " run " + std::to_string(run) + " " + err;
@@ -210,12 +210,12 @@ TEST(RedistributePropertyTest, ShardToPartialIsOneLocalStepAndExact) {
         std::mutex mu;
         std::vector<std::string> failures;
         Status run = world.Run([&](Communicator& comm) -> Status {
-          MF_ASSIGN_OR_RETURN(MeshComms comms, MeshComms::Create(comm, mesh));
+          MF_ASSIGN_OR_RETURN(RankContext ctx, RankContext::Create(comm, mesh));
           const int r = comm.world_rank();
           MF_ASSIGN_OR_RETURN(DTensor x, Distribute(global, from, r));
           Tensor local = x.local();
           comm.ResetCounters();
-          MF_RETURN_IF_ERROR(ExecutePlan(p, comms, local));
+          MF_RETURN_IF_ERROR(ExecutePlan(p, ctx, local));
           const ByteCounters counted = comm.counters();
           std::string err;
           if (counted.bytes_sent != 0 || counted.bytes_received != 0) err += "communicated; ";
@@ -235,7 +235,7 @@ TEST(RedistributePropertyTest, ShardToPartialIsOneLocalStepAndExact) {
             }
           }
           MF_ASSIGN_OR_RETURN(DTensor y, DTensor::FromLocal(local, to, r));
-          MF_ASSIGN_OR_RETURN(Tensor full, FullTensor(y, comms));
+          MF_ASSIGN_OR_RETURN(Tensor full, FullTensor(y, ctx));
           if (!(full == global)) err += "FullTensor " + full.ToString() + " != " + global.ToString();
           if (!err.empty()) {
             std::lock_guard<std::mutex> lock(mu);

@@ -11,7 +11,7 @@
 #include <gtest/gtest.h>
 
 #include "meshflow/checkpoint/checkpoint.h"
-#include "meshflow/collectives/mesh_comms.h"
+#include "meshflow/runtime/rank_context.h"
 #include "meshflow/collectives/threads/threads_world.h"
 #include "meshflow/data/dataset.h"
 #include "meshflow/data/loader.h"
@@ -68,7 +68,7 @@ TEST(TrainResumeTest, ParameterAndLoaderStateRoundTripAcrossWorldSizes) {
   std::string saved_state;
   ASSERT_TRUE(world
                   ->Run([&](Communicator& comm) -> Status {
-                    MF_ASSIGN_OR_RETURN(MeshComms comms, MeshComms::Create(comm, mesh));
+                    MF_ASSIGN_OR_RETURN(RankContext ctx, RankContext::Create(comm, mesh));
                     MF_ASSIGN_OR_RETURN(auto loader, DataLoader::Create(MakeDataset(), mesh, comm.world_rank(), Options()));
                     for (int s = 0; s < kStepsBeforeSave; ++s) MF_RETURN_IF_ERROR(loader->Next().status());
                     MF_ASSIGN_OR_RETURN(DTensor p, Distribute(param, param_layout, comm.world_rank()));
@@ -78,7 +78,7 @@ TEST(TrainResumeTest, ParameterAndLoaderStateRoundTripAcrossWorldSizes) {
                       std::lock_guard<std::mutex> lock(mu);
                       saved_state = opts.extra_state;
                     }
-                    return SaveCheckpoint(dir, {{"w", &p}}, comms, opts);
+                    return SaveCheckpoint(dir, {{"w", &p}}, ctx, opts);
                   })
                   .ok());
 
@@ -100,8 +100,8 @@ TEST(TrainResumeTest, ParameterAndLoaderStateRoundTripAcrossWorldSizes) {
   auto world4 = std::move(ThreadWorld::Create(4).value());
   ASSERT_TRUE(world4
                   ->Run([&](Communicator& comm) -> Status {
-                    MF_ASSIGN_OR_RETURN(MeshComms comms, MeshComms::Create(comm, flat));
-                    MF_ASSIGN_OR_RETURN(DTensor w, LoadTensor(dir, "w", target, comms));
+                    MF_ASSIGN_OR_RETURN(RankContext ctx, RankContext::Create(comm, flat));
+                    MF_ASSIGN_OR_RETURN(DTensor w, LoadTensor(dir, "w", target, ctx));
                     MF_ASSIGN_OR_RETURN(Tensor want, ReferenceLocal(param, target, comm.world_rank()));
                     if (!(w.local() == want)) return InternalError("rank " + std::to_string(comm.world_rank()) + " differs");
                     return Status();

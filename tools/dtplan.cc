@@ -27,9 +27,9 @@
 
 #include "meshflow/base/cli.h"
 #include "meshflow/base/parse.h"
-#include "meshflow/collectives/dtensor_api.h"
-#include "meshflow/collectives/executor.h"
-#include "meshflow/collectives/mesh_comms.h"
+#include "meshflow/runtime/redistribute.h"
+#include "meshflow/runtime/executor.h"
+#include "meshflow/runtime/rank_context.h"
 #include "meshflow/collectives/threads/threads_world.h"
 #include "meshflow/dtensor/dtensor.h"
 #include "meshflow/planner/cost_model.h"
@@ -206,13 +206,13 @@ StatusOr<ExecResult> Execute(const Plan& plan, const Layout& from, const Layout&
   res.locals.resize(static_cast<size_t>(mesh.size()));
   std::mutex mu;
   MF_RETURN_IF_ERROR(world->Run([&](Communicator& comm) -> Status {
-    MF_ASSIGN_OR_RETURN(MeshComms comms, MeshComms::Create(comm, mesh));
+    MF_ASSIGN_OR_RETURN(RankContext ctx, RankContext::Create(comm, mesh));
     const int r = comm.world_rank();
     MF_ASSIGN_OR_RETURN(DTensor x, Distribute(global, from, r));
     comm.ResetCounters();
     MF_RETURN_IF_ERROR(comm.Barrier());  // every rank has reset before anyone sends
     Tensor local = x.local();
-    MF_RETURN_IF_ERROR(ExecutePlan(plan, comms, local));
+    MF_RETURN_IF_ERROR(ExecutePlan(plan, ctx, local));
     const int64_t received = comm.counters().bytes_received;
     // Verify: Partial-free targets compare shards; Partial targets compare the reduced tensor.
     bool ok = true;
@@ -221,7 +221,7 @@ StatusOr<ExecResult> Execute(const Plan& plan, const Layout& from, const Layout&
       ok = local == want;
     } else {
       MF_ASSIGN_OR_RETURN(DTensor y, DTensor::FromLocal(local, to, r));
-      MF_ASSIGN_OR_RETURN(Tensor full, FullTensor(y, comms));
+      MF_ASSIGN_OR_RETURN(Tensor full, FullTensor(y, ctx));
       ok = full == global;
     }
     std::lock_guard<std::mutex> lock(mu);

@@ -63,8 +63,8 @@ StatusOr<std::optional<TrainCheckpoint>> LatestCheckpoint(const std::string& roo
   return std::optional<TrainCheckpoint>(all.back());
 }
 
-CheckpointManager::CheckpointManager(CheckpointManagerOptions options, MeshComms comms)
-    : options_(std::move(options)), comms_(std::move(comms)) {}
+CheckpointManager::CheckpointManager(CheckpointManagerOptions options, RankContext ctx)
+    : options_(std::move(options)), comms_(std::move(ctx)) {}
 
 CheckpointManager::~CheckpointManager() {
   if (writer_.joinable()) writer_.join();
@@ -77,11 +77,11 @@ StatusOr<std::unique_ptr<CheckpointManager>> CheckpointManager::Create(Checkpoin
     return InvalidArgumentError("CheckpointManager: keep_last must be >= 1, got " + std::to_string(options.keep_last));
   }
   MF_ASSIGN_OR_RETURN(std::shared_ptr<Communicator> writer, world.Split(0, world.rank()));
-  MF_ASSIGN_OR_RETURN(MeshComms comms, MeshComms::Create(std::move(writer), mesh));
+  MF_ASSIGN_OR_RETURN(RankContext ctx, RankContext::Create(std::move(writer), mesh));
   std::error_code ec;
   std::filesystem::create_directories(options.root, ec);
   if (ec) return UnavailableError("CheckpointManager: cannot create '" + options.root + "': " + ec.message());
-  return std::unique_ptr<CheckpointManager>(new CheckpointManager(std::move(options), std::move(comms)));
+  return std::unique_ptr<CheckpointManager>(new CheckpointManager(std::move(options), std::move(ctx)));
 }
 
 Status CheckpointManager::Wait() {

@@ -39,7 +39,7 @@
 
 #include "meshflow/base/status.h"
 #include "meshflow/collectives/communicator.h"
-#include "meshflow/collectives/mesh_comms.h"
+#include "meshflow/runtime/rank_context.h"
 #include "meshflow/dtensor/dtensor.h"
 #include "meshflow/mesh/device_mesh.h"
 
@@ -96,11 +96,11 @@ class CheckpointManager {
   const CheckpointStats& stats() const { return stats_; }
 
  private:
-  CheckpointManager(CheckpointManagerOptions options, MeshComms comms);
+  CheckpointManager(CheckpointManagerOptions options, RankContext ctx);
   Status Write(int64_t step, const std::vector<std::pair<std::string, DTensor>>& snapshot, const std::string& extra);
 
   CheckpointManagerOptions options_;
-  MeshComms comms_;  // over the writer's own Split communicator (it owns it)
+  RankContext comms_;  // over the writer's own Split communicator (it owns it)
   std::thread writer_;
   Status writer_status_;
   double writer_seconds_ = 0;

@@ -52,8 +52,8 @@ TEST(CheckpointManagerTest, AsyncSavesKeepTheLastTwoAndLoadTheSnapshot) {
       EXPECT_NE(again.message().find("step 30 is not above the previous save's step 30"), std::string::npos) << again;
     }
     MF_ASSIGN_OR_RETURN(Layout target, Layout::Create({6, 4}, mesh, {Replicate{}}));
-    MF_ASSIGN_OR_RETURN(MeshComms comms, MeshComms::Create(comm, mesh));
-    MF_ASSIGN_OR_RETURN(DTensor back, LoadTensor(StepCheckpointDir(root, 30), "w", target, comms));
+    MF_ASSIGN_OR_RETURN(RankContext ctx, RankContext::Create(comm, mesh));
+    MF_ASSIGN_OR_RETURN(DTensor back, LoadTensor(StepCheckpointDir(root, 30), "w", target, ctx));
     EXPECT_EQ(back.local(), Iota(6, 4, 30.0));
     return Status::Ok();
   });

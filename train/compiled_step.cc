@@ -8,7 +8,7 @@
 #include <variant>
 
 #include "meshflow/base/strings.h"
-#include "meshflow/ops/graph_autodiff.h"
+#include "meshflow/compiler/graph_autodiff.h"
 #include "meshflow/ops/op_spec.h"
 
 namespace meshflow {
@@ -90,7 +90,7 @@ class UpdateBuilder {
   }
   StatusOr<ValueId> Un(UnaryOp op, ValueId x, double alpha = 1.0) { return Pinned(OpSpec::Unary(op, alpha), {x}); }
 
-  // The formulas of train/optimizer.h, op for op in the order of its elementwise loops.
+  // The formulas of optim/optimizer.h, op for op in the order of its elementwise loops.
   StatusOr<Update> AdamW(ValueId p, ValueId g, ValueId m, ValueId v, const std::string& name) {
     const AdamWOptions& o = std::get<AdamWOptions>(options_);
     const DType t = g_.value(p).dtype;
@@ -242,7 +242,7 @@ StatusOr<CompiledTrainStep> CompileTrainStep(Graph graph, const TrainStepSpec& s
     }
     if (graph.value(p).dtype == DType::kBF16) {
       return UnimplementedError(what + "param " + Name(graph, p) +
-                                " is bf16: master weights are not in the compiled step yet (use train/optimizer.h)");
+                                " is bf16: master weights are not in the compiled step yet (use optim/optimizer.h)");
     }
     if (spec.max_grad_norm.has_value() && graph.value(p).dtype != graph.value(spec.params[0]).dtype) {
       return InvalidArgumentError(what + "gradient clipping needs every param in one dtype; param " + Name(graph, p) +
@@ -418,7 +418,7 @@ Status TrainStepRunner::set_lr(double lr) {
   return Status::Ok();
 }
 
-StatusOr<double> TrainStepRunner::Step(std::span<const DTensor> batch, MeshComms& comms) {
+StatusOr<double> TrainStepRunner::Step(std::span<const DTensor> batch, RankContext& ctx) {
   const CompiledTrainStep& s = *step_;
   const Graph& g = s.program.graph;
   if (batch.size() != s.batch_inputs.size()) {
@@ -428,7 +428,7 @@ StatusOr<double> TrainStepRunner::Step(std::span<const DTensor> batch, MeshComms
                                 std::to_string(s.batch_inputs.size()) + " (" + names + ")");
   }
   const int64_t t = step_count_ + 1;
-  const int rank = comms.world_rank();
+  const int rank = ctx.world_rank();
   std::vector<DTensor> scalars;
   scalars.reserve(s.inputs.size());
   std::vector<const DTensor*> inputs;
@@ -451,7 +451,7 @@ StatusOr<double> TrainStepRunner::Step(std::span<const DTensor> batch, MeshComms
       }
     }
   }
-  MF_ASSIGN_OR_RETURN(std::vector<DTensor> outs, ExecuteBorrowed(s.program, comms, inputs));
+  MF_ASSIGN_OR_RETURN(std::vector<DTensor> outs, ExecuteBorrowed(s.program, ctx, inputs));
   const double loss = outs[static_cast<size_t>(s.loss_output)].local().GetAsDouble(0);
   for (size_t i = 0; i < params_.size(); ++i) {
     params_[i] = std::move(outs[static_cast<size_t>(s.param_outputs[i])]);

@@ -3,7 +3,7 @@
 //
 // CompileTrainStep takes a Graph holding a forward pass to a float scalar loss, and the graph
 // params to train, each annotated with its layout (the layouts are the parallel plan). It appends
-//   - the backward (AppendBackward, ops/graph_autodiff.h): the gradients "d_<param>";
+//   - the backward (AppendBackward, compiler/graph_autodiff.h): the gradients "d_<param>";
 //   - the optimizer state as graph inputs "<param>.exp_avg" and "<param>.exp_avg_sq" (AdamW) or
 //     "<param>.momentum_buffer" (SGD with momentum > 0), annotated with the state layout
 //     (TrainStepSpec::state_layouts; default: the param's layout);
@@ -15,7 +15,7 @@
 //     (norm + 1e-6); each gradient times min(coef, 1) on its state layout), as Optimizer::Step's
 //     max_grad_norm; the sums run in the params' dtype, so a clipped step matches the eager one to
 //     rounding (f32: ~1e-7 relative), not bit for bit, and the scalar input "clip.max_norm";
-//   - the update of train/optimizer.h's formulas as ordinary ops in the same order (Scale, Mul,
+//   - the update of optim/optimizer.h's formulas as ordinary ops in the same order (Scale, Mul,
 //     Add, Sub, Div, Sqrt, AddScalar), so a one-rank compiled step gives the bits of
 //     Optimizer::Step. As there, the update runs on the shards of the state layout: its values
 //     are annotated with it, so the planner moves the gradient there (all-reduce of a
@@ -27,7 +27,7 @@
 // whole training step), and every collective of the step is one the planner chose: an
 // all-reduce of a Partial(sum) gradient under DDP, reduce-scatter + all-gather under ZeRO-1, the
 // all-gathers of sharded weights under FSDP. ToText prints the program, its cost report and its
-// peak live bytes per rank (ReportMemory, ops/program.h).
+// peak live bytes per rank (ReportMemory, compiler/program.h).
 //
 // TrainStepRunner holds one rank's params and state (zeros at Create), and Step runs the program
 // (collective: every rank of the mesh calls it with its part of the same batch), then moves the
@@ -41,9 +41,9 @@
 //   auto shared = std::make_shared<const CompiledTrainStep>(std::move(compiled));
 //   // On every rank: its parts of the initial params, then one Step per batch.
 //   MF_ASSIGN_OR_RETURN(TrainStepRunner runner, TrainStepRunner::Create(shared, std::move(my_params)));
-//   MF_ASSIGN_OR_RETURN(double loss_value, runner.Step(batch, comms));
+//   MF_ASSIGN_OR_RETURN(double loss_value, runner.Step(batch, ctx));
 //
-// Not in the compiled step (use train/optimizer.h's eager Optimizer): bf16 params with f32
+// Not in the compiled step (use optim/optimizer.h's eager Optimizer): bf16 params with f32
 // master weights.
 //
 // Errors. CompileTrainStep (INVALID_ARGUMENT unless noted, naming the value; nothing compiled):
@@ -57,7 +57,7 @@
 // Compile's errors. TrainStepRunner::Create (INVALID_ARGUMENT): a null step, a param count other
 // than the step's, a param whose layout or dtype differs from the program's. Step
 // (INVALID_ARGUMENT, nothing updated): a batch count other than batch_inputs().size(), and
-// Execute's errors (a batch tensor of the wrong shape or dtype, comms on another mesh);
+// Execute's errors (a batch tensor of the wrong shape or dtype, ctx on another mesh);
 // set_lr: a negative or non-finite lr.
 #ifndef MESHFLOW_TRAIN_COMPILED_STEP_H_
 #define MESHFLOW_TRAIN_COMPILED_STEP_H_
@@ -70,13 +70,13 @@
 #include <vector>
 
 #include "meshflow/base/status.h"
-#include "meshflow/collectives/mesh_comms.h"
+#include "meshflow/runtime/rank_context.h"
 #include "meshflow/dtensor/dtensor.h"
 #include "meshflow/dtensor/layout.h"
-#include "meshflow/ops/graph.h"
-#include "meshflow/ops/program.h"
-#include "meshflow/ops/propagation.h"
-#include "meshflow/train/optimizer.h"
+#include "meshflow/compiler/graph.h"
+#include "meshflow/compiler/program.h"
+#include "meshflow/compiler/propagation.h"
+#include "meshflow/optim/optimizer.h"
 
 namespace meshflow {
 
@@ -133,7 +133,7 @@ class TrainStepRunner {
 
   // Collective: one training step on `batch` (the step's batch_inputs, in order). Returns the
   // loss before the update (the same double on every rank). On error nothing is updated.
-  StatusOr<double> Step(std::span<const DTensor> batch, MeshComms& comms);
+  StatusOr<double> Step(std::span<const DTensor> batch, RankContext& ctx);
 
   Status set_lr(double lr);
   double lr() const { return lr_; }

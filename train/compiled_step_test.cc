@@ -18,8 +18,8 @@
 #include "meshflow/autograd/functions.h"
 #include "meshflow/base/strings.h"
 #include "meshflow/autograd/variable.h"
-#include "meshflow/collectives/dtensor_api.h"
-#include "meshflow/collectives/mesh_comms.h"
+#include "meshflow/runtime/redistribute.h"
+#include "meshflow/runtime/rank_context.h"
 #include "meshflow/ops/test_util.h"
 
 namespace meshflow {
@@ -107,7 +107,7 @@ Status RunCompiled(const PlanSpec& plan, const OptimizerOptions& options, int st
   out->losses.clear();
   out->norms.clear();
   return WorldOf(mesh.size()).Run([&](Communicator& comm) -> Status {
-    MF_ASSIGN_OR_RETURN(MeshComms comms, MeshComms::Create(comm, mesh));
+    MF_ASSIGN_OR_RETURN(RankContext ctx, RankContext::Create(comm, mesh));
     const int rank = comm.world_rank();
     std::vector<DTensor> params;
     for (size_t i = 0; i < 3; ++i) {
@@ -124,12 +124,12 @@ Status RunCompiled(const PlanSpec& plan, const OptimizerOptions& options, int st
     batch.push_back(std::move(xd));
     batch.push_back(std::move(yd));
     for (int s = 0; s < steps; ++s) {
-      MF_ASSIGN_OR_RETURN(double loss, runner.Step(batch, comms));
+      MF_ASSIGN_OR_RETURN(double loss, runner.Step(batch, ctx));
       if (rank == 0) out->losses.push_back(loss);
       if (rank == 0 && runner.last_grad_norm()) out->norms.push_back(*runner.last_grad_norm());
     }
     for (size_t i = 0; i < 3; ++i) {
-      MF_ASSIGN_OR_RETURN(Tensor f, FullTensor(runner.params()[i], comms));
+      MF_ASSIGN_OR_RETURN(Tensor f, FullTensor(runner.params()[i], ctx));
       if (rank == 0) out->params[i] = std::move(f);
     }
     if (rank == 0) out->bytes = runner.BytesPerRank();
@@ -145,7 +145,7 @@ Status RunEagerSingle(const OptimizerOptions& options, int steps, RunOut* out, s
   out->losses.clear();
   out->norms.clear();
   return WorldOf(1).Run([&](Communicator& comm) -> Status {
-    MF_ASSIGN_OR_RETURN(MeshComms comms, MeshComms::Create(comm, mesh));
+    MF_ASSIGN_OR_RETURN(RankContext ctx, RankContext::Create(comm, mesh));
     std::vector<Variable> p;
     std::vector<ParamSpec> specs;
     for (size_t i = 0; i < 3; ++i) {
@@ -155,7 +155,7 @@ Status RunEagerSingle(const OptimizerOptions& options, int steps, RunOut* out, s
       p.push_back(std::move(v));
     }
     for (size_t i = 0; i < 3; ++i) specs.push_back(ParamSpec{kNames[i], p[i].mutable_leaf_value(), std::nullopt});
-    MF_ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> opt, Optimizer::Create(std::move(specs), options, comms));
+    MF_ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> opt, Optimizer::Create(std::move(specs), options, ctx));
     MF_ASSIGN_OR_RETURN(Layout xl, Layout::Create({12, 8}, mesh, {Replicate{}}));
     MF_ASSIGN_OR_RETURN(Layout yl, Layout::Create({12, 4}, mesh, {Replicate{}}));
     MF_ASSIGN_OR_RETURN(DTensor xd, Distribute(X(), xl, 0));
@@ -163,18 +163,18 @@ Status RunEagerSingle(const OptimizerOptions& options, int steps, RunOut* out, s
     MF_ASSIGN_OR_RETURN(Variable x, Variable::Leaf(std::move(xd), false));
     MF_ASSIGN_OR_RETURN(Variable y, Variable::Leaf(std::move(yd), false));
     for (int s = 0; s < steps; ++s) {
-      MF_ASSIGN_OR_RETURN(Variable h, autograd::Matmul(x, p[0], comms));
-      MF_ASSIGN_OR_RETURN(Variable hb, autograd::Add(h, p[1], comms));
-      MF_ASSIGN_OR_RETURN(Variable a, autograd::Unary(UnaryOp::kTanh, hb, comms));
-      MF_ASSIGN_OR_RETURN(Variable o, autograd::Matmul(a, p[2], comms));
-      MF_ASSIGN_OR_RETURN(Variable d, autograd::Sub(o, y, comms));
-      MF_ASSIGN_OR_RETURN(Variable sq, autograd::Mul(d, d, comms));
-      MF_ASSIGN_OR_RETURN(Variable loss, autograd::Mean(sq, {}, false, comms));
+      MF_ASSIGN_OR_RETURN(Variable h, autograd::Matmul(x, p[0], ctx));
+      MF_ASSIGN_OR_RETURN(Variable hb, autograd::Add(h, p[1], ctx));
+      MF_ASSIGN_OR_RETURN(Variable a, autograd::Unary(UnaryOp::kTanh, hb, ctx));
+      MF_ASSIGN_OR_RETURN(Variable o, autograd::Matmul(a, p[2], ctx));
+      MF_ASSIGN_OR_RETURN(Variable d, autograd::Sub(o, y, ctx));
+      MF_ASSIGN_OR_RETURN(Variable sq, autograd::Mul(d, d, ctx));
+      MF_ASSIGN_OR_RETURN(Variable loss, autograd::Mean(sq, {}, false, ctx));
       out->losses.push_back(loss.value().local().GetAsDouble(0));
-      MF_RETURN_IF_ERROR(Backward(loss, comms));
+      MF_RETURN_IF_ERROR(Backward(loss, ctx));
       std::vector<const DTensor*> grads;
       for (const Variable& v : p) grads.push_back(&*v.grad());
-      MF_RETURN_IF_ERROR(opt->Step(grads, comms, {.max_grad_norm = clip}));
+      MF_RETURN_IF_ERROR(opt->Step(grads, ctx, {.max_grad_norm = clip}));
       if (opt->last_grad_norm()) out->norms.push_back(*opt->last_grad_norm());
       for (Variable& v : p) v.ZeroGrad();
     }
@@ -356,7 +356,7 @@ TEST(CompiledStepTest, LrIsAnInputOfEveryStep) {
   auto step = std::make_shared<const CompiledTrainStep>(c);
   const DeviceMesh mesh = step->program.graph.mesh();
   const Status st = WorldOf(1).Run([&](Communicator& comm) -> Status {
-    MF_ASSIGN_OR_RETURN(MeshComms comms, MeshComms::Create(comm, mesh));
+    MF_ASSIGN_OR_RETURN(RankContext ctx, RankContext::Create(comm, mesh));
     std::vector<DTensor> params;
     const std::vector<Tensor> init = Init();
     for (size_t i = 0; i < 3; ++i) {
@@ -370,12 +370,12 @@ TEST(CompiledStepTest, LrIsAnInputOfEveryStep) {
     std::vector<DTensor> batch = {Distribute(X(), xl, 0).value(), Distribute(Y(), yl, 0).value()};
     // lr 0: decay 1 and step size 0, so the params keep their bits (the moments still move).
     EXPECT_TRUE(runner.set_lr(0).ok());
-    MF_RETURN_IF_ERROR(runner.Step(batch, comms).status());
+    MF_RETURN_IF_ERROR(runner.Step(batch, ctx).status());
     EXPECT_EQ(runner.step_count(), 1);
     for (size_t i = 0; i < 3; ++i) EXPECT_EQ(runner.params()[i].local().data<float>()[0], params[i].local().data<float>()[0]);
     EXPECT_NE(runner.state()[0][0].local().data<float>()[0], 0.0f);
     EXPECT_TRUE(runner.set_lr(0.01).ok());
-    MF_RETURN_IF_ERROR(runner.Step(batch, comms).status());
+    MF_RETURN_IF_ERROR(runner.Step(batch, ctx).status());
     EXPECT_NE(runner.params()[0].local().data<float>()[0], params[0].local().data<float>()[0]);
     // Bad input: nothing updated.
     const Status nan = runner.set_lr(NAN);
@@ -384,11 +384,11 @@ TEST(CompiledStepTest, LrIsAnInputOfEveryStep) {
     EXPECT_EQ(runner.lr(), 0.01);
     const DTensor before = runner.params()[0];
     const std::vector<DTensor> one = {batch[0]};
-    const Status short_batch = runner.Step(one, comms).status();
+    const Status short_batch = runner.Step(one, ctx).status();
     EXPECT_EQ(short_batch.code(), StatusCode::kInvalidArgument);
     EXPECT_NE(short_batch.message().find("1 batch tensors, the step takes 2 (x, y)"), std::string::npos) << short_batch;
     const std::vector<DTensor> swapped = {batch[1], batch[0]};
-    const Status wrong_shape = runner.Step(swapped, comms).status();
+    const Status wrong_shape = runner.Step(swapped, ctx).status();
     EXPECT_EQ(wrong_shape.code(), StatusCode::kInvalidArgument);
     EXPECT_NE(wrong_shape.message().find("input 'x'"), std::string::npos) << wrong_shape;
     EXPECT_EQ(runner.step_count(), 2);

@@ -5,13 +5,13 @@
 #include <utility>
 
 #include "meshflow/autograd/functions.h"
-#include "meshflow/collectives/dtensor_api.h"
+#include "meshflow/runtime/redistribute.h"
 #include "meshflow/collectives/threads/threads_world.h"
 #include "meshflow/dtensor/dtensor.h"
 #include "meshflow/dtensor/layout.h"
 #include "meshflow/mesh/device_mesh.h"
 #include "meshflow/ops/test_util.h"
-#include "meshflow/train/optimizer.h"
+#include "meshflow/optim/optimizer.h"
 
 namespace meshflow::train_cases {
 namespace {
@@ -20,7 +20,7 @@ Tensor Values(std::vector<int64_t> shape, uint32_t seed, double scale) {
   return testing::UniformValues(std::move(shape), seed, scale);
 }
 
-StatusOr<Variable> Mse(const Variable& out, const Variable& y, MeshComms& c) {
+StatusOr<Variable> Mse(const Variable& out, const Variable& y, RankContext& c) {
   MF_ASSIGN_OR_RETURN(Variable d, autograd::Sub(out, y, c));
   MF_ASSIGN_OR_RETURN(Variable sq, autograd::Mul(d, d, c));
   return autograd::Mean(sq, {}, false, c);
@@ -40,7 +40,7 @@ Model Mlp() {
   m.names = {"w1", "b1", "w2"};
   m.init = {Values({8, 16}, 1, 0.35), Values({16}, 2, 0.1), Values({16, 4}, 3, 0.25)};
   m.inputs = {Values({12, 8}, 4, 1.0), Values({12, 4}, 5, 0.5)};
-  m.loss = [](const std::vector<Variable>& p, const std::vector<Variable>& in, MeshComms& c) -> StatusOr<Variable> {
+  m.loss = [](const std::vector<Variable>& p, const std::vector<Variable>& in, RankContext& c) -> StatusOr<Variable> {
     MF_ASSIGN_OR_RETURN(Variable h, autograd::Matmul(in[0], p[0], c));
     MF_ASSIGN_OR_RETURN(Variable hb, autograd::Add(h, p[1], c));
     MF_ASSIGN_OR_RETURN(Variable a, autograd::Unary(UnaryOp::kTanh, hb, c));
@@ -65,7 +65,7 @@ Model Transformer() {
   Tensor neg = Tensor::Zeros(DType::kF32, {});
   neg.SetFromDouble(0, -1e9);
   m.inputs = {Values({B, T, D}, 19, 1.0), Values({B, T, D}, 20, 0.5), causal, neg};
-  m.loss = [](const std::vector<Variable>& p, const std::vector<Variable>& in, MeshComms& c) -> StatusOr<Variable> {
+  m.loss = [](const std::vector<Variable>& p, const std::vector<Variable>& in, RankContext& c) -> StatusOr<Variable> {
     const Variable& x = in[0];
     MF_ASSIGN_OR_RETURN(Variable q, autograd::Matmul(x, p[0], c));
     MF_ASSIGN_OR_RETURN(Variable k, autograd::Matmul(x, p[1], c));
@@ -102,7 +102,7 @@ Status TrainOnRank(const Model& m, const Plan& plan, int steps, Communicator& co
     losses->clear();
   }
   {
-    MF_ASSIGN_OR_RETURN(MeshComms comms, MeshComms::Create(comm, mesh));
+    MF_ASSIGN_OR_RETURN(RankContext ctx, RankContext::Create(comm, mesh));
     const int rank = comm.world_rank();
     std::vector<Variable> p;
     for (size_t i = 0; i < m.init.size(); ++i) {
@@ -122,7 +122,7 @@ Status TrainOnRank(const Model& m, const Plan& plan, int steps, Communicator& co
     }
     AdamWOptions o;
     o.lr = 5e-3;
-    MF_ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> opt, AdamW::Create(std::move(specs), o, comms));
+    MF_ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> opt, AdamW::Create(std::move(specs), o, ctx));
     std::vector<Variable> in;
     for (size_t i = 0; i < m.inputs.size(); ++i) {
       Placements pl = i < 2 ? plan.batch : Placements(static_cast<size_t>(mesh.ndim()), Replicate{});
@@ -132,17 +132,17 @@ Status TrainOnRank(const Model& m, const Plan& plan, int steps, Communicator& co
       in.push_back(std::move(v));
     }
     for (int step = 0; step < steps; ++step) {
-      MF_ASSIGN_OR_RETURN(Variable loss, m.loss(p, in, comms));
-      MF_ASSIGN_OR_RETURN(Tensor l, FullTensor(loss.value(), comms));
+      MF_ASSIGN_OR_RETURN(Variable loss, m.loss(p, in, ctx));
+      MF_ASSIGN_OR_RETURN(Tensor l, FullTensor(loss.value(), ctx));
       if (rank == 0) losses->push_back(l.GetAsDouble(0));
-      MF_RETURN_IF_ERROR(Backward(loss, comms));
+      MF_RETURN_IF_ERROR(Backward(loss, ctx));
       std::vector<const DTensor*> grads;
       for (const Variable& v : p) grads.push_back(v.grad() ? &*v.grad() : nullptr);
-      MF_RETURN_IF_ERROR(opt->Step(grads, comms));
+      MF_RETURN_IF_ERROR(opt->Step(grads, ctx));
       for (Variable& v : p) v.ZeroGrad();
     }
     for (size_t i = 0; i < p.size(); ++i) {
-      MF_ASSIGN_OR_RETURN(Tensor f, FullTensor(p[i].value(), comms));
+      MF_ASSIGN_OR_RETURN(Tensor f, FullTensor(p[i].value(), ctx));
       if (rank == 0) (*out)[i] = std::move(f);
     }
     return Status::Ok();

@@ -20,7 +20,7 @@
 #include "meshflow/autograd/variable.h"
 #include "meshflow/base/status.h"
 #include "meshflow/collectives/communicator.h"
-#include "meshflow/collectives/mesh_comms.h"
+#include "meshflow/runtime/rank_context.h"
 #include "meshflow/dtensor/placement.h"
 #include "meshflow/dtensor/tensor.h"
 
@@ -31,7 +31,7 @@ struct Model {
   std::vector<std::string> names;
   std::vector<Tensor> init;
   std::vector<Tensor> inputs;  // inputs[0] = x, inputs[1] = y (batch dim 0), then constants
-  std::function<StatusOr<Variable>(const std::vector<Variable>& p, const std::vector<Variable>& in, MeshComms& c)>
+  std::function<StatusOr<Variable>(const std::vector<Variable>& p, const std::vector<Variable>& in, RankContext& c)>
       loss;
 };
 

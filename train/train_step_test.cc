@@ -58,7 +58,7 @@ TEST(TrainStepTest, MlpTwentyAdamWStepsMatchOneRank) {
 }
 
 // Mixed precision: bf16 params and activations; the optimizer keeps f32 master weights and
-// reduces f32 gradients (train/optimizer.h). Sharded runs differ from one rank only by bf16
+// reduces f32 gradients (optim/optimizer.h). Sharded runs differ from one rank only by bf16
 // rounding of differently ordered sums: within a few bf16 ulps of values of magnitude ~1.
 TEST(TrainStepTest, Bf16MlpMatchesOneRankWithinBf16Rounding) {
   const Placement r = Replicate{}, s0 = Shard{0}, s1 = Shard{1};

@@ -1,6 +1,6 @@
 // Device-side pack/unpack of box regions and rank-order reductions, launched on a CUDA stream.
 //
-// Overview. The plan executor (collectives/executor.cc) moves non-contiguous shards by copying box
+// Overview. The plan executor (runtime/executor.cc) moves non-contiguous shards by copying box
 // regions of row-major tensors with CopyRegion (dtensor/tensor.h). CopyRegionOnDevice is the same
 // operation on device memory: one CUDA kernel (device_kernels.cu, built by nvcc) with one thread per
 // element, enqueued on `stream` without any host synchronization. ReduceOnDevice folds n equally

@@ -1,4 +1,4 @@
-// The plan executor (collectives/executor.h), unchanged, on the NCCL backend's host-buffer API:
+// The plan executor (runtime/executor.h), unchanged, on the NCCL backend's host-buffer API:
 // a set of redistributions (all-gather, all-reduce, reduce-scatter, all-to-all, local steps, direct
 // send/recv plans; uneven and empty shards) compared bit for bit with the single-rank reference
 // (ReferenceLocal of the global tensor), and the counted bytes compared with the plan's model. Uses
@@ -12,9 +12,9 @@
 
 #include <gtest/gtest.h>
 
-#include "meshflow/collectives/dtensor_api.h"
-#include "meshflow/collectives/executor.h"
-#include "meshflow/collectives/mesh_comms.h"
+#include "meshflow/runtime/redistribute.h"
+#include "meshflow/runtime/executor.h"
+#include "meshflow/runtime/rank_context.h"
 #include "meshflow/cuda/cuda_test_util.h"
 #include "meshflow/collectives/nccl/nccl_communicator.h"
 #include "meshflow/dtensor/dtensor.h"
@@ -62,11 +62,11 @@ TEST(NcclExecutorTest, RedistributionsMatchReference) {
             world.ResetCounters();
             std::mutex mu;
             Status run = world.Run([&](NcclCommunicator& comm) -> Status {
-              MF_ASSIGN_OR_RETURN(MeshComms comms, MeshComms::Create(comm, *mesh));
+              MF_ASSIGN_OR_RETURN(RankContext ctx, RankContext::Create(comm, *mesh));
               const int rank = comm.world_rank();
               MF_ASSIGN_OR_RETURN(DTensor x, Distribute(global, *from, rank));
               Tensor local = x.local();
-              MF_RETURN_IF_ERROR(ExecutePlan(**plan, comms, local));
+              MF_RETURN_IF_ERROR(ExecutePlan(**plan, ctx, local));
               const bool partial_target =
                   std::any_of(to->placements().begin(), to->placements().end(), [](const Placement& p) { return IsPartial(p); });
               std::lock_guard<std::mutex> lock(mu);

@@ -23,10 +23,10 @@ meshflow::Status Run() {
   MF_ASSIGN_OR_RETURN(std::unique_ptr<meshflow::ThreadWorld> world,
                       meshflow::ThreadWorld::Create(mesh.size()));
   return world->Run([&](meshflow::Communicator& comm) -> meshflow::Status {
-    MF_ASSIGN_OR_RETURN(meshflow::MeshComms comms, meshflow::MeshComms::Create(comm, mesh));
+    MF_ASSIGN_OR_RETURN(meshflow::RankContext ctx, meshflow::RankContext::Create(comm, mesh));
     MF_ASSIGN_OR_RETURN(meshflow::DTensor x, meshflow::Distribute(global, from, comm.world_rank()));
-    MF_ASSIGN_OR_RETURN(meshflow::DTensor y, meshflow::Redistribute(x, to, comms));
-    MF_ASSIGN_OR_RETURN(meshflow::Tensor full, meshflow::FullTensor(y, comms));
+    MF_ASSIGN_OR_RETURN(meshflow::DTensor y, meshflow::Redistribute(x, to, ctx));
+    MF_ASSIGN_OR_RETURN(meshflow::Tensor full, meshflow::FullTensor(y, ctx));
     if (!(full == global)) {
       return meshflow::InternalError("rank " + std::to_string(comm.world_rank()) +
                                      ": gathered tensor differs from the input");

@@ -16,7 +16,7 @@
 #include "meshflow/base/status.h"
 #include "meshflow/checkpoint/checkpoint.h"
 #include "meshflow/checkpoint/format.h"
-#include "meshflow/collectives/mesh_comms.h"
+#include "meshflow/runtime/rank_context.h"
 #include "meshflow/collectives/threads/threads_world.h"
 #include "meshflow/data/test_util.h"
 #include "meshflow/dtensor/dtensor.h"
@@ -32,13 +32,13 @@ namespace {
 Status CheckpointExample(Communicator& world_comm, const DeviceMesh& mesh_2x4, const DeviceMesh& mesh_8,
                          const DTensor& w, const DTensor& b, const std::string& loader_state,
                          const Tensor& global_w) {
-  MF_ASSIGN_OR_RETURN(MeshComms comms, MeshComms::Create(world_comm, mesh_2x4));
-  MF_RETURN_IF_ERROR(SaveCheckpoint("ckpt/step100", {{"w", &w}, {"b", &b}}, comms,
+  MF_ASSIGN_OR_RETURN(RankContext ctx, RankContext::Create(world_comm, mesh_2x4));
+  MF_RETURN_IF_ERROR(SaveCheckpoint("ckpt/step100", {{"w", &w}, {"b", &b}}, ctx,
                                     {.extra_state = loader_state}));
   // ... later, on another mesh
-  MF_ASSIGN_OR_RETURN(MeshComms comms8, MeshComms::Create(world_comm, mesh_8));
+  MF_ASSIGN_OR_RETURN(RankContext ctx8, RankContext::Create(world_comm, mesh_8));
   MF_ASSIGN_OR_RETURN(Layout target, Layout::Create({1024, 512}, mesh_8, {Shard{1}}));
-  MF_ASSIGN_OR_RETURN(DTensor w2, LoadTensor("ckpt/step100", "w", target, comms8));
+  MF_ASSIGN_OR_RETURN(DTensor w2, LoadTensor("ckpt/step100", "w", target, ctx8));
   MF_ASSIGN_OR_RETURN(std::string state, LoadExtraState("ckpt/step100"));
 
   EXPECT_EQ(w2.layout(), target);

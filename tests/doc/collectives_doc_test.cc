@@ -1,5 +1,5 @@
 // Every example in collectives/threads/threads_world.h, collectives/mesh_comms.h,
-// collectives/dtensor_api.h, collectives/executor.h, collectives/reduce.h and
+// runtime/redistribute.h, runtime/executor.h, collectives/reduce.h and
 // collectives/call_check.h is compiled here; keep them identical.
 #include <cstdint>
 #include <memory>
@@ -11,9 +11,10 @@
 #include "meshflow/base/status.h"
 #include "meshflow/collectives/call_check.h"
 #include "meshflow/collectives/communicator.h"
-#include "meshflow/collectives/dtensor_api.h"
-#include "meshflow/collectives/executor.h"
+#include "meshflow/runtime/redistribute.h"
+#include "meshflow/runtime/executor.h"
 #include "meshflow/collectives/mesh_comms.h"
+#include "meshflow/runtime/rank_context.h"
 #include "meshflow/collectives/reduce.h"
 #include "meshflow/collectives/threads/threads_world.h"
 #include "meshflow/dtensor/dtensor.h"
@@ -67,7 +68,7 @@ TEST(MeshCommsDocTest, Group) {
   EXPECT_EQ(run, Status::Ok());
 }
 
-// collectives/dtensor_api.h (x: this rank's part of a [8, 6] tensor in S(0),R; target_layout:
+// runtime/redistribute.h (x: this rank's part of a [8, 6] tensor in S(0),R; target_layout:
 // S(1),S(0)).
 TEST(DTensorApiDocTest, RedistributeAndFullTensor) {
   StatusOr<DeviceMesh> mesh_or = DeviceMesh::Create({2, 2}, {"dp", "tp"});
@@ -84,9 +85,9 @@ TEST(DTensorApiDocTest, RedistributeAndFullTensor) {
   const Status run = (*world)->Run([&](Communicator& world_comm) -> Status {
     MF_ASSIGN_OR_RETURN(DTensor x, Distribute(global, *from, world_comm.world_rank()));
 
-    MF_ASSIGN_OR_RETURN(MeshComms comms, MeshComms::Create(world_comm, mesh));
-    MF_ASSIGN_OR_RETURN(DTensor y, Redistribute(x, target_layout, comms));   // optimal plan
-    MF_ASSIGN_OR_RETURN(Tensor full, FullTensor(y, comms));                  // every rank
+    MF_ASSIGN_OR_RETURN(RankContext ctx, RankContext::Create(world_comm, mesh));
+    MF_ASSIGN_OR_RETURN(DTensor y, Redistribute(x, target_layout, ctx));   // optimal plan
+    MF_ASSIGN_OR_RETURN(Tensor full, FullTensor(y, ctx));                  // every rank
 
     EXPECT_EQ(y.layout(), target_layout);
     MF_ASSIGN_OR_RETURN(Tensor want, ReferenceLocal(global, target_layout, world_comm.world_rank()));
@@ -97,7 +98,7 @@ TEST(DTensorApiDocTest, RedistributeAndFullTensor) {
   EXPECT_EQ(run, Status::Ok());
 }
 
-// collectives/executor.h (from: S(0),S(1); to: S(1),S(0); local: this rank's part in `from`).
+// runtime/executor.h (from: S(0),S(1); to: S(1),S(0); local: this rank's part in `from`).
 TEST(ExecutorDocTest, ExecutePlan) {
   StatusOr<DeviceMesh> mesh_or = DeviceMesh::Create({2, 2});
   ASSERT_TRUE(mesh_or.ok()) << mesh_or.status();
@@ -112,11 +113,11 @@ TEST(ExecutorDocTest, ExecutePlan) {
   StatusOr<std::unique_ptr<ThreadWorld>> world = ThreadWorld::Create(4);
   ASSERT_TRUE(world.ok()) << world.status();
   const Status run = (*world)->Run([&](Communicator& world_comm) -> Status {
-    MF_ASSIGN_OR_RETURN(MeshComms comms, MeshComms::Create(world_comm, mesh));
+    MF_ASSIGN_OR_RETURN(RankContext ctx, RankContext::Create(world_comm, mesh));
     MF_ASSIGN_OR_RETURN(Tensor local, ReferenceLocal(global, from, world_comm.world_rank()));
 
     MF_ASSIGN_OR_RETURN(Plan plan, PlanRedistribution(from, to, DType::kF32, Topology()));
-    MF_RETURN_IF_ERROR(ExecutePlan(plan, comms, local));
+    MF_RETURN_IF_ERROR(ExecutePlan(plan, ctx, local));
 
     MF_ASSIGN_OR_RETURN(Tensor want, ReferenceLocal(global, to, world_comm.world_rank()));
     EXPECT_EQ(local, want);

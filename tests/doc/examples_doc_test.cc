@@ -11,8 +11,8 @@
 #include "meshflow/base/status.h"
 #include "meshflow/examples/graph_demo.h"
 #include "meshflow/mesh/device_mesh.h"
-#include "meshflow/ops/graph.h"
-#include "meshflow/ops/program.h"
+#include "meshflow/compiler/graph.h"
+#include "meshflow/compiler/program.h"
 
 meshflow::StatusOr<meshflow::Graph> BuildMlp(const meshflow::DeviceMesh& mesh) {
   meshflow::Graph g(mesh);

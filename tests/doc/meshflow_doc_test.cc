@@ -15,9 +15,9 @@ meshflow::Status Demo() {
   const meshflow::Tensor global = meshflow::Tensor::Iota(meshflow::DType::kF32, {5, 6});
   MF_ASSIGN_OR_RETURN(std::unique_ptr<meshflow::ThreadWorld> world, meshflow::ThreadWorld::Create(4));
   return world->Run([&](meshflow::Communicator& comm) -> meshflow::Status {
-    MF_ASSIGN_OR_RETURN(meshflow::MeshComms comms, meshflow::MeshComms::Create(comm, mesh));
+    MF_ASSIGN_OR_RETURN(meshflow::RankContext ctx, meshflow::RankContext::Create(comm, mesh));
     MF_ASSIGN_OR_RETURN(meshflow::DTensor x, meshflow::Distribute(global, layout, comm.world_rank()));
-    MF_ASSIGN_OR_RETURN(meshflow::Tensor full, meshflow::FullTensor(x, comms));  // == global
+    MF_ASSIGN_OR_RETURN(meshflow::Tensor full, meshflow::FullTensor(x, ctx));  // == global
     EXPECT_EQ(full, global) << "rank " << comm.world_rank();
     EXPECT_EQ(x.local(), global.Slice(x.box())) << "rank " << comm.world_rank();
     return meshflow::Status::Ok();

@@ -1,5 +1,5 @@
-// Every example in ops/graph.h, ops/propagation.h, ops/program.h, ops/eager.h, ops/op_spec.h,
-// ops/strategy.h, ops/kernels.h, ops/sharding_rule.h and ops/shape_util.h is compiled here; keep
+// Every example in compiler/graph.h, compiler/propagation.h, compiler/program.h, runtime/eager.h, ops/op_spec.h,
+// runtime/strategy.h, ops/kernels.h, ops/sharding_rule.h and ops/shape_util.h is compiled here; keep
 // them identical.
 #include <cmath>
 #include <cstdint>
@@ -12,21 +12,21 @@
 #include <gtest/gtest.h>
 
 #include "meshflow/base/status.h"
-#include "meshflow/collectives/dtensor_api.h"
-#include "meshflow/collectives/mesh_comms.h"
+#include "meshflow/runtime/redistribute.h"
+#include "meshflow/runtime/rank_context.h"
 #include "meshflow/collectives/threads/threads_world.h"
 #include "meshflow/dtensor/dtensor.h"
 #include "meshflow/dtensor/layout.h"
 #include "meshflow/dtensor/tensor.h"
 #include "meshflow/mesh/device_mesh.h"
-#include "meshflow/ops/eager.h"
-#include "meshflow/ops/graph.h"
-#include "meshflow/ops/graph_autodiff.h"
+#include "meshflow/runtime/eager.h"
+#include "meshflow/compiler/graph.h"
+#include "meshflow/compiler/graph_autodiff.h"
 #include "meshflow/ops/kernels.h"
 #include "meshflow/ops/op_spec.h"
-#include "meshflow/ops/strategy.h"
-#include "meshflow/ops/program.h"
-#include "meshflow/ops/propagation.h"
+#include "meshflow/runtime/strategy.h"
+#include "meshflow/compiler/program.h"
+#include "meshflow/compiler/propagation.h"
 #include "meshflow/ops/shape_util.h"
 #include "meshflow/ops/sharding_rule.h"
 
@@ -48,7 +48,7 @@ double MaxAbsDiff(const Tensor& a, const Tensor& b) {
   return d;
 }
 
-// ops/graph.h (the graph is handed back for the propagation example).
+// compiler/graph.h (the graph is handed back for the propagation example).
 Status GraphExample(std::optional<Graph>* graph, ValueId* h_out) {
   MF_ASSIGN_OR_RETURN(DeviceMesh mesh, DeviceMesh::Create({2, 2}, {"dp", "tp"}));
   Graph g(mesh);
@@ -77,7 +77,7 @@ TEST(GraphDocTest, Example) {
   EXPECT_EQ(g->annotation(1)->PlacementsString(), "R,S(1)");
 }
 
-// ops/propagation.h (graph: the graph of ops/graph.h's example).
+// compiler/propagation.h (graph: the graph of compiler/graph.h's example).
 Status PropagationExample(const Graph& graph, ValueId h) {
   MF_ASSIGN_OR_RETURN(Propagation p, Propagate(graph));
 
@@ -98,7 +98,7 @@ TEST(PropagationDocTest, Example) {
   EXPECT_EQ(PropagationExample(*g, h), Status::Ok());
 }
 
-// ops/program.h: the MLP whose ProgramToText the header shows.
+// compiler/program.h: the MLP whose ProgramToText the header shows.
 StatusOr<Graph> MlpGraph() {
   MF_ASSIGN_OR_RETURN(DeviceMesh mesh, DeviceMesh::Create({2, 2}, {"dp", "tp"}));
   Graph g(mesh);
@@ -138,12 +138,12 @@ TEST(ProgramDocTest, ProgramToText) {
             "bytes received per rank: [1152,1152,768,768]\n");
 }
 
-// ops/program.h (graph: the MLP above; comms and inputs: this rank's, on a 2x2 threads world).
-Status ProgramExample(const Graph& graph, MeshComms& comms, const std::vector<DTensor>& inputs,
+// compiler/program.h (graph: the MLP above; ctx and inputs: this rank's, on a 2x2 threads world).
+Status ProgramExample(const Graph& graph, RankContext& ctx, const std::vector<DTensor>& inputs,
                       std::vector<DTensor>* outputs) {
   MF_ASSIGN_OR_RETURN(Program p, Compile(graph));
   std::printf("%s", ProgramToText(p).c_str());
-  MF_ASSIGN_OR_RETURN(std::vector<DTensor> outs, Execute(p, comms, inputs));
+  MF_ASSIGN_OR_RETURN(std::vector<DTensor> outs, Execute(p, ctx, inputs));
 
   *outputs = std::move(outs);
   return Status::Ok();
@@ -161,21 +161,21 @@ TEST(ProgramDocTest, CompileAndExecute) {
   StatusOr<std::unique_ptr<ThreadWorld>> world = ThreadWorld::Create(4);
   ASSERT_TRUE(world.ok()) << world.status();
   const Status run = (*world)->Run([&](Communicator& world_comm) -> Status {
-    MF_ASSIGN_OR_RETURN(MeshComms comms, MeshComms::Create(world_comm, graph->mesh()));
+    MF_ASSIGN_OR_RETURN(RankContext ctx, RankContext::Create(world_comm, graph->mesh()));
     MF_ASSIGN_OR_RETURN(std::vector<DTensor> inputs, DistributeInputs(*program, globals, world_comm.world_rank()));
     std::vector<DTensor> outs;
-    MF_RETURN_IF_ERROR(ProgramExample(*graph, comms, inputs, &outs));
+    MF_RETURN_IF_ERROR(ProgramExample(*graph, ctx, inputs, &outs));
     EXPECT_EQ(outs.size(), 1u);
     if (outs.empty()) return Status::Ok();
     EXPECT_EQ(outs[0].layout().PlacementsString(), "S(0),R");
-    MF_ASSIGN_OR_RETURN(Tensor full, FullTensor(outs[0], comms));
+    MF_ASSIGN_OR_RETURN(Tensor full, FullTensor(outs[0], ctx));
     EXPECT_LT(MaxAbsDiff(full, want), 1e-4);
     return Status::Ok();
   });
   EXPECT_EQ(run, Status::Ok());
 }
 
-// ops/eager.h (x [4,6] in S(0),R and w [6,8] in R,S(1) on a 2x2 threads world).
+// runtime/eager.h (x [4,6] in S(0),R and w [6,8] in R,S(1) on a 2x2 threads world).
 TEST(EagerDocTest, MatmulSoftmax) {
   StatusOr<DeviceMesh> mesh_or = DeviceMesh::Create({2, 2}, {"dp", "tp"});
   ASSERT_TRUE(mesh_or.ok()) << mesh_or.status();
@@ -195,10 +195,10 @@ TEST(EagerDocTest, MatmulSoftmax) {
     MF_ASSIGN_OR_RETURN(DTensor x, Distribute(gx, *x_layout, world_comm.world_rank()));
     MF_ASSIGN_OR_RETURN(DTensor w, Distribute(gw, *w_layout, world_comm.world_rank()));
 
-    MF_ASSIGN_OR_RETURN(MeshComms comms, MeshComms::Create(world_comm, mesh));
-    MF_ASSIGN_OR_RETURN(DTensor y, Matmul(x, w, comms));      // x [..,m,k], w [k,n]
-    MF_ASSIGN_OR_RETURN(DTensor p, Softmax(y, /*dim=*/-1, comms));
-    MF_ASSIGN_OR_RETURN(Tensor full, FullTensor(p, comms));
+    MF_ASSIGN_OR_RETURN(RankContext ctx, RankContext::Create(world_comm, mesh));
+    MF_ASSIGN_OR_RETURN(DTensor y, Matmul(x, w, ctx));      // x [..,m,k], w [k,n]
+    MF_ASSIGN_OR_RETURN(DTensor p, Softmax(y, /*dim=*/-1, ctx));
+    MF_ASSIGN_OR_RETURN(Tensor full, FullTensor(p, ctx));
 
     EXPECT_EQ(y.global_shape(), (std::vector<int64_t>{4, 8}));
     EXPECT_LT(MaxAbsDiff(full, *want), 1e-6);
@@ -224,7 +224,7 @@ Status KernelsExample(const Tensor& a, const Tensor& b, const Tensor& x, const T
   return Status::Ok();
 }
 
-// ops/graph_autodiff.h
+// compiler/graph_autodiff.h
 Status GraphAutodiffExample(Graph& g, ValueId y, ValueId w1, ValueId w2) {
   MF_ASSIGN_OR_RETURN(ValueId loss, g.Apply(OpSpec::Reduce(ReduceKind::kMean, {}, false), {y}, "loss"));
   const ValueId params[] = {w1, w2};
@@ -258,7 +258,7 @@ TEST(OpSpecDocTest, Example) {
   EXPECT_EQ(ln.get<MatmulParams>(), nullptr);
 }
 
-// ops/strategy.h
+// runtime/strategy.h
 Status StrategyExample(std::span<const DTensor* const> inputs) {
   MF_ASSIGN_OR_RETURN(std::shared_ptr<const StrategyChoice> c, ChooseStrategy(OpSpec::Matmul(), inputs));
   // c->operand_layouts, c->plans (nullptr where already in place), c->result

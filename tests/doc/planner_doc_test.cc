@@ -37,7 +37,7 @@ Layout MakeLayout(const Placements& placements) {
 Status PlanForExample(const Layout& from, const Layout& to) {
   RedistributeOptions options;                       // optimal planner, default topology
   MF_ASSIGN_OR_RETURN(std::shared_ptr<const Plan> plan, PlanFor(from, to, DType::kF32, options));
-  // plan->steps: the collectives; ExecutePlan (collectives/executor.h) runs them.
+  // plan->steps: the collectives; ExecutePlan (runtime/executor.h) runs them.
 
   EXPECT_EQ(plan->planner, "optimal");
   EXPECT_EQ(plan->from, from);

@@ -1,4 +1,4 @@
-// Every example in train/optimizer.h, train/compiled_step.h and train/checkpointer.h is compiled (and run) here; keep
+// Every example in optim/optimizer.h, train/compiled_step.h and train/checkpointer.h is compiled (and run) here; keep
 // them identical.
 #include <cstdio>
 #include <cstdlib>
@@ -10,28 +10,28 @@
 #include <gtest/gtest.h>
 
 #include "meshflow/base/status.h"
-#include "meshflow/collectives/dtensor_api.h"
-#include "meshflow/collectives/mesh_comms.h"
+#include "meshflow/runtime/redistribute.h"
+#include "meshflow/runtime/rank_context.h"
 #include "meshflow/collectives/threads/threads_world.h"
 #include "meshflow/dtensor/dtensor.h"
 #include "meshflow/dtensor/layout.h"
 #include "meshflow/mesh/device_mesh.h"
-#include "meshflow/ops/graph.h"
+#include "meshflow/compiler/graph.h"
 #include "meshflow/train/checkpointer.h"
 #include "meshflow/train/compiled_step.h"
-#include "meshflow/train/optimizer.h"
+#include "meshflow/optim/optimizer.h"
 
 namespace meshflow {
 namespace {
 
-// train/optimizer.h
-Status OptimizerExample(const DeviceMesh& mesh, DTensor& w, const DTensor& grad_w, MeshComms& comms) {
+// optim/optimizer.h
+Status OptimizerExample(const DeviceMesh& mesh, DTensor& w, const DTensor& grad_w, RankContext& ctx) {
   // 4 thread ranks, mesh {4} named "dp"; w is replicated, its AdamW state sharded (ZeRO-1).
   MF_ASSIGN_OR_RETURN(Layout zero, Layout::Create({8, 4}, mesh, {Shard{0}}));
   std::vector<ParamSpec> specs = {{"w", &w, zero}};
-  MF_ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> opt, AdamW::Create(specs, AdamWOptions{}, comms));
+  MF_ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> opt, AdamW::Create(specs, AdamWOptions{}, ctx));
   std::vector<const DTensor*> grads = {&grad_w};   // e.g. Partial(sum) over dp
-  MF_RETURN_IF_ERROR(opt->Step(grads, comms));       // reduce-scatter, update, all-gather
+  MF_RETURN_IF_ERROR(opt->Step(grads, ctx));       // reduce-scatter, update, all-gather
   return Status::Ok();
 }
 
@@ -47,7 +47,7 @@ TEST(TrainDocTest, OptimizerExample) {
   }
   std::vector<Tensor> after(4, Tensor::Zeros(DType::kF32, {}));
   const Status st = (*world)->Run([&](Communicator& comm) -> Status {
-    MF_ASSIGN_OR_RETURN(MeshComms comms, MeshComms::Create(comm, mesh));
+    MF_ASSIGN_OR_RETURN(RankContext ctx, RankContext::Create(comm, mesh));
     const int rank = comm.world_rank();
     MF_ASSIGN_OR_RETURN(DTensor w, Distribute(w0, *Layout::Create({8, 4}, mesh, {Replicate{}}), rank));
     // Every rank's part of a Partial(sum) gradient: the full gradient is 4 * g0 / 4 = g0.
@@ -55,7 +55,7 @@ TEST(TrainDocTest, OptimizerExample) {
     for (int64_t i = 0; i < 32; ++i) part.SetFromDouble(i, 0.25);
     MF_ASSIGN_OR_RETURN(DTensor grad_w,
                         DTensor::FromLocal(part, *Layout::Create({8, 4}, mesh, {Partial{ReduceOp::kSum}}), rank));
-    MF_RETURN_IF_ERROR(OptimizerExample(mesh, w, grad_w, comms));
+    MF_RETURN_IF_ERROR(OptimizerExample(mesh, w, grad_w, ctx));
     after[static_cast<size_t>(rank)] = w.local();
     return Status::Ok();
   });
@@ -71,7 +71,7 @@ TEST(TrainDocTest, OptimizerExample) {
 
 // train/compiled_step.h
 Status CompiledStepExample(Graph& g, ValueId sq, ValueId w1, ValueId w2, std::vector<DTensor> my_params,
-                           const std::vector<DTensor>& batch, MeshComms& comms, double* out) {
+                           const std::vector<DTensor>& batch, RankContext& ctx, double* out) {
   MF_ASSIGN_OR_RETURN(ValueId loss, g.Apply(OpSpec::Reduce(ReduceKind::kMean, {}, false), {sq}, "loss"));
   TrainStepSpec spec{.loss = loss, .params = {w1, w2}, .optimizer = AdamWOptions{.lr = 1e-2}};
   MF_ASSIGN_OR_RETURN(CompiledTrainStep compiled, CompileTrainStep(g, spec));
@@ -79,7 +79,7 @@ Status CompiledStepExample(Graph& g, ValueId sq, ValueId w1, ValueId w2, std::ve
   auto shared = std::make_shared<const CompiledTrainStep>(std::move(compiled));
   // On every rank: its parts of the initial params, then one Step per batch.
   MF_ASSIGN_OR_RETURN(TrainStepRunner runner, TrainStepRunner::Create(shared, std::move(my_params)));
-  MF_ASSIGN_OR_RETURN(double loss_value, runner.Step(batch, comms));
+  MF_ASSIGN_OR_RETURN(double loss_value, runner.Step(batch, ctx));
   *out = loss_value;
   return Status::Ok();
 }
@@ -90,7 +90,7 @@ TEST(TrainDocTest, CompiledStepExample) {
   const DeviceMesh mesh = *DeviceMesh::Create({2}, {"dp"});
   std::vector<double> losses(2, -1);
   const Status st = (*world)->Run([&](Communicator& comm) -> Status {
-    MF_ASSIGN_OR_RETURN(MeshComms comms, MeshComms::Create(comm, mesh));
+    MF_ASSIGN_OR_RETURN(RankContext ctx, RankContext::Create(comm, mesh));
     const int rank = comm.world_rank();
     // x [4,3] (batch-sharded) -> matmul w1 [3,5] -> tanh -> matmul w2 [5,2]; sq = square.
     Graph g(mesh);
@@ -112,7 +112,7 @@ TEST(TrainDocTest, CompiledStepExample) {
     const Layout rl1 = *Layout::Create({3, 5}, mesh, {Replicate{}}), rl2 = *Layout::Create({5, 2}, mesh, {Replicate{}});
     std::vector<DTensor> params = {*Distribute(a0, rl1, rank), *Distribute(b0, rl2, rank)};
     std::vector<DTensor> batch = {*Distribute(x0, *Layout::Create({4, 3}, mesh, {Shard{0}}), rank)};
-    return CompiledStepExample(g, sq, w1, w2, std::move(params), batch, comms, &losses[static_cast<size_t>(rank)]);
+    return CompiledStepExample(g, sq, w1, w2, std::move(params), batch, ctx, &losses[static_cast<size_t>(rank)]);
   });
   ASSERT_TRUE(st.ok()) << st;
   EXPECT_GT(losses[0], 0);

@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "meshflow/base/parse.h"
-#include "meshflow/collectives/dtensor_api.h"
+#include "meshflow/runtime/redistribute.h"
 #include "meshflow/data/loader.h"
 #include "meshflow/dtensor/dtype.h"
 #include "meshflow/dtensor/layout.h"

@@ -34,9 +34,9 @@
 #include <string>
 #include <vector>
 
-#include "meshflow/collectives/dtensor_api.h"
-#include "meshflow/collectives/executor.h"
-#include "meshflow/collectives/mesh_comms.h"
+#include "meshflow/runtime/redistribute.h"
+#include "meshflow/runtime/executor.h"
+#include "meshflow/runtime/rank_context.h"
 #include "meshflow/collectives/threads/threads_world.h"
 #include "meshflow/dtensor/dtensor.h"
 #include "meshflow/planner/plan_cache.h"
@@ -235,7 +235,7 @@ void RunCase(FuzzInput& in) {
   std::mutex mu;
   std::string mismatch;
   const Status run = (*world)->Run([&](Communicator& comm) -> Status {
-    MF_ASSIGN_OR_RETURN(MeshComms comms, MeshComms::Create(comm, *mesh));
+    MF_ASSIGN_OR_RETURN(RankContext ctx, RankContext::Create(comm, *mesh));
     const int r = comm.world_rank();
     MF_ASSIGN_OR_RETURN(DTensor x, Distribute(global, *from, r));
     Tensor local = x.local();
@@ -251,7 +251,7 @@ void RunCase(FuzzInput& in) {
       const Layout& target = hops[k].target;
       const Plan& hop_plan = *hops[k].plan;
       comm.ResetCounters();
-      MF_RETURN_IF_ERROR(ExecutePlan(hop_plan, comms, local));
+      MF_RETURN_IF_ERROR(ExecutePlan(hop_plan, ctx, local));
       const int64_t counted = comm.counters().bytes_received;
       std::string err;
       if (!target.HasPartial()) {
@@ -264,7 +264,7 @@ void RunCase(FuzzInput& in) {
         err = "received " + std::to_string(counted) + " bytes, the plan models " + std::to_string(modelled);
       }
       MF_ASSIGN_OR_RETURN(DTensor y, DTensor::FromLocal(local, target, r));
-      MF_ASSIGN_OR_RETURN(Tensor full, FullTensor(y, comms));
+      MF_ASSIGN_OR_RETURN(Tensor full, FullTensor(y, ctx));
       if (err.empty() && !(full == global)) err = "FullTensor differs: " + full.ToString();
       if (!err.empty()) {
         std::lock_guard<std::mutex> lock(mu);

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "meshflow/checkpoint/checkpoint.h"
-#include "meshflow/collectives/mesh_comms.h"
+#include "meshflow/runtime/rank_context.h"
 #include "meshflow/collectives/mpi/mpi_communicator.h"
 #include "meshflow/dtensor/dtensor.h"
 
@@ -45,7 +45,7 @@ int Main(int argc, char** argv) {
       {"grad", {5, 4}, DType::kI64, {Partial{ReduceOp::kSum}, Shard{1}}},
       {"empty", {0, 5}, DType::kI32, {Shard{0}, Replicate{}}},
   };
-  auto save_comms = MeshComms::Create(*world, save_mesh);
+  auto save_comms = RankContext::Create(*world, save_mesh);
   if (!save_comms.ok()) MpiAbort(save_comms.status());
   std::vector<DTensor> tensors;
   for (const Saved& s : saved) {
@@ -64,8 +64,8 @@ int Main(int argc, char** argv) {
   };
   for (const auto& [mesh_shape, placements_list] : targets) {
     const DeviceMesh mesh = *DeviceMesh::Create(mesh_shape);
-    auto comms = MeshComms::Create(*world, mesh);
-    if (!comms.ok()) MpiAbort(comms.status());
+    auto ctx = RankContext::Create(*world, mesh);
+    if (!ctx.ok()) MpiAbort(ctx.status());
     for (const Saved& s : saved) {
       for (const Placements& p : placements_list) {
         Placements fixed = p;
@@ -73,7 +73,7 @@ int Main(int argc, char** argv) {
           if (IsShard(q) && std::get<Shard>(q).dim >= static_cast<int>(s.shape.size())) q = Replicate{};
         }
         Layout target = *Layout::Create(s.shape, mesh, fixed);
-        StatusOr<DTensor> loaded = LoadTensor(dir, s.name, target, *comms);
+        StatusOr<DTensor> loaded = LoadTensor(dir, s.name, target, *ctx);
         if (!loaded.ok()) MpiAbort(loaded.status().WithContext("load " + s.name));
         const Tensor want = *ReferenceLocal(GlobalOf(s), target, comm.world_rank());
         int64_t bad = loaded->local() == want ? 0 : 1;

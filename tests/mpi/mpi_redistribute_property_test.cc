@@ -23,9 +23,9 @@
 #include <string>
 #include <vector>
 
-#include "meshflow/collectives/dtensor_api.h"
-#include "meshflow/collectives/executor.h"
-#include "meshflow/collectives/mesh_comms.h"
+#include "meshflow/runtime/redistribute.h"
+#include "meshflow/runtime/executor.h"
+#include "meshflow/runtime/rank_context.h"
 #include "meshflow/collectives/mpi/mpi_communicator.h"
 #include "meshflow/dtensor/dtensor.h"
 #include "meshflow/tests/redistribute_cases.h"
@@ -47,11 +47,11 @@ std::vector<std::vector<int64_t>> MeshShapesFor(int world_size) {
 }
 
 // Runs one case with one planner on this rank; returns a description of the first failure, or "".
-std::string RunCase(const RedistributeCase& c, PlannerKind planner, MeshComms& comms) {
+std::string RunCase(const RedistributeCase& c, PlannerKind planner, RankContext& ctx) {
   std::optional<PlannedCase> planned;
   const std::string plan_failure = PlanCase(c, planner, &planned);
   if (!plan_failure.empty() || !planned) return plan_failure;
-  StatusOr<std::string> result = CheckRank(c, *planned, comms);
+  StatusOr<std::string> result = CheckRank(c, *planned, ctx);
   if (!result.ok()) return "run failed: " + result.status().ToString();
   return *result;
 }
@@ -65,7 +65,7 @@ int Main(int argc, char** argv) {
   std::shared_ptr<Communicator> world = *world_or;
   const int me = world->rank();
 
-  std::map<std::string, std::unique_ptr<MeshComms>> comms_by_mesh;  // groups are split once per mesh
+  std::map<std::string, std::unique_ptr<RankContext>> comms_by_mesh;  // groups are split once per mesh
   RedistributeCaseGenerator gen(seed, MeshShapesFor(world->size()));
   std::vector<std::string> names;
   std::vector<int64_t> failed;
@@ -73,15 +73,15 @@ int Main(int argc, char** argv) {
   std::map<std::string, double> seconds;  // wall time per (mesh, planner), printed by rank 0
   for (int i = 0; i < cases; ++i) {
     const RedistributeCase c = gen.Next();
-    std::unique_ptr<MeshComms>& comms = comms_by_mesh[c.mesh.ToString()];
-    if (comms == nullptr) {
-      auto created = MeshComms::Create(world, c.mesh);
+    std::unique_ptr<RankContext>& ctx = comms_by_mesh[c.mesh.ToString()];
+    if (ctx == nullptr) {
+      auto created = RankContext::Create(world, c.mesh);
       if (!created.ok()) MpiAbort(created.status());
-      comms = std::make_unique<MeshComms>(std::move(*created));
+      ctx = std::make_unique<RankContext>(std::move(*created));
     }
     for (PlannerKind planner : {PlannerKind::kOptimal, PlannerKind::kGreedy, PlannerKind::kDirect}) {
       const auto t0 = std::chrono::steady_clock::now();
-      const std::string f = RunCase(c, planner, *comms);
+      const std::string f = RunCase(c, planner, *ctx);
       seconds[c.mesh.ToString() + " " + std::string(PlannerKindName(planner))] +=
           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       names.push_back("case " + std::to_string(i) + " " + c.ToString() + " planner " +
