@@ -39,7 +39,7 @@
 #include "meshflow/dtensor/box.h"
 #include "meshflow/dtensor/dtensor.h"
 #include "meshflow/dtensor/dtype.h"
-#include "meshflow/dtensor/host_cache.h"
+#include "meshflow/runtime/allocator.h"
 #include "meshflow/dtensor/layout.h"
 #include "meshflow/dtensor/placement.h"
 #include "meshflow/dtensor/tensor.h"

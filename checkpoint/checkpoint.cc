@@ -489,6 +489,9 @@ uint64_t NewUniqueId() {
 
 Status SaveCheckpoint(const std::string& dir_in, const std::vector<std::pair<std::string, const DTensor*>>& tensors,
                       RankContext& ctx, const SaveOptions& options) {
+  // The metadata exchanges below use the world communicator directly: no communication may be
+  // pending on the context's stream (runtime/rank_context.h).
+  MF_RETURN_IF_ERROR(ctx.SyncComm());
   Communicator& comm = ctx.world();
   const std::string dir = StripSlashes(dir_in);
   const int n = comm.size();
@@ -1227,6 +1230,7 @@ constexpr std::string_view kPinMismatch = "opened another checkpoint than rank 0
 // One attempt of a load (see "Concurrency" in checkpoint.h). Every return is agreed by all ranks.
 Status LoadAttempt(const std::string& dir, const std::vector<LoadRequest>& requests, RankContext& ctx,
                    std::vector<DTensor>& out, LoadStats& stats) {
+  MF_RETURN_IF_ERROR(ctx.SyncComm());  // the world communicator is used directly below
   Communicator& comm = ctx.world();
   const int me = comm.rank();
   // 1. Rank 0 pins the checkpoint under the shared commit lock and broadcasts its metadata.

@@ -90,4 +90,49 @@ Status Communicator::AllToAllStrided(const void* send, std::span<const StridedBl
   return Status();
 }
 
+Status Communicator::CheckStream(const Stream& stream, const char* what) const {
+  if (stream.device() == device()) return Status::Ok();
+  return InvalidArgumentError(std::string(what) + " on the " + backend() + " backend (buffers on " +
+                              device().ToString() + ") was given stream '" + stream.name() + "' of " +
+                              stream.device().ToString());
+}
+
+Status Communicator::AllGatherVOnStream(const void* send, int64_t send_count, void* recv,
+                                        std::span<const int64_t> recv_counts, DType dtype, Stream& stream,
+                                        CallerSite where) {
+  MF_RETURN_IF_ERROR(CheckStream(stream, "all_gather"));
+  return AllGatherV(send, send_count, recv, recv_counts, dtype, where);
+}
+
+Status Communicator::ReduceScatterVOnStream(const void* send, std::span<const int64_t> counts, void* recv, DType dtype,
+                                            ReduceOp op, Stream& stream, CallerSite where) {
+  MF_RETURN_IF_ERROR(CheckStream(stream, "reduce_scatter"));
+  return ReduceScatterV(send, counts, recv, dtype, op, where);
+}
+
+Status Communicator::AllReduceOnStream(const void* send, void* recv, int64_t count, DType dtype, ReduceOp op,
+                                       Stream& stream, CallerSite where) {
+  MF_RETURN_IF_ERROR(CheckStream(stream, "all_reduce"));
+  return AllReduce(send, recv, count, dtype, op, where);
+}
+
+Status Communicator::AllToAllVOnStream(const void* send, std::span<const int64_t> send_counts, void* recv,
+                                       std::span<const int64_t> recv_counts, DType dtype, Stream& stream,
+                                       CallerSite where) {
+  MF_RETURN_IF_ERROR(CheckStream(stream, "all_to_all"));
+  return AllToAllV(send, send_counts, recv, recv_counts, dtype, where);
+}
+
+Status Communicator::BroadcastOnStream(void* buffer, int64_t count, DType dtype, int root, Stream& stream,
+                                       CallerSite where) {
+  MF_RETURN_IF_ERROR(CheckStream(stream, "broadcast"));
+  return Broadcast(buffer, count, dtype, root, where);
+}
+
+Status Communicator::SendRecvOnStream(std::span<const SendSpec> sends, std::span<const RecvSpec> recvs, DType dtype,
+                                      Stream& stream) {
+  MF_RETURN_IF_ERROR(CheckStream(stream, "send_recv"));
+  return SendRecv(sends, recvs, dtype);
+}
+
 }  // namespace meshflow

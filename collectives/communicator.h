@@ -42,6 +42,8 @@
 #include "meshflow/base/status.h"
 #include "meshflow/dtensor/dtype.h"
 #include "meshflow/dtensor/placement.h"
+#include "meshflow/runtime/device.h"
+#include "meshflow/runtime/stream.h"
 
 namespace meshflow {
 
@@ -109,6 +111,9 @@ class Communicator {
   virtual const std::vector<int>& world_ranks() const = 0;
   // "threads", "mpi", "nccl".
   virtual std::string backend() const = 0;
+  // Where the buffers of the stream-ordered forms below live: the host for threads and MPI, the
+  // communicator's GPU for NCCL.
+  virtual Device device() const { return Device::Host(); }
 
   // recv = concat over group ranks r of r's `send` (recv_counts[r] elements each).
   // Errors: recv_counts.size() != size(), send_count != recv_counts[rank()].
@@ -158,6 +163,44 @@ class Communicator {
   virtual ByteCounters counters() const = 0;
   virtual void ResetCounters() = 0;
 
+  // ---- Stream-ordered forms (what the plan executor calls). The buffers are on device(); the
+  // collective runs in `stream`'s order. On the host backends it must be called from inside work
+  // running on `stream` (Stream::Enqueue) and runs at once, blocking, like the forms above (the
+  // stream must be a host stream). On NCCL it is enqueued on the stream (a CUDA stream of the
+  // communicator's device) and returns at once: the result is valid in the stream's order, no host
+  // synchronization, no staging. Errors: the forms above's, and InvalidArgument for a stream on
+  // another device.
+  Status AllGatherV(const void* send, int64_t send_count, void* recv, std::span<const int64_t> recv_counts, DType dtype,
+                    Stream& stream, CallerSite where = CallerSite::Here(__builtin_FILE(), __builtin_LINE())) {
+    return AllGatherVOnStream(send, send_count, recv, recv_counts, dtype, stream, where);
+  }
+  Status ReduceScatterV(const void* send, std::span<const int64_t> counts, void* recv, DType dtype, ReduceOp op,
+                        Stream& stream, CallerSite where = CallerSite::Here(__builtin_FILE(), __builtin_LINE())) {
+    return ReduceScatterVOnStream(send, counts, recv, dtype, op, stream, where);
+  }
+  Status AllReduce(const void* send, void* recv, int64_t count, DType dtype, ReduceOp op, Stream& stream,
+                   CallerSite where = CallerSite::Here(__builtin_FILE(), __builtin_LINE())) {
+    return AllReduceOnStream(send, recv, count, dtype, op, stream, where);
+  }
+  Status AllToAllV(const void* send, std::span<const int64_t> send_counts, void* recv,
+                   std::span<const int64_t> recv_counts, DType dtype, Stream& stream,
+                   CallerSite where = CallerSite::Here(__builtin_FILE(), __builtin_LINE())) {
+    return AllToAllVOnStream(send, send_counts, recv, recv_counts, dtype, stream, where);
+  }
+  Status AllToAllStrided(const void* send, std::span<const StridedBlock> send_blocks, void* recv,
+                         std::span<const StridedBlock> recv_blocks, DType dtype, Stream& stream,
+                         CallerSite where = CallerSite::Here(__builtin_FILE(), __builtin_LINE())) {
+    MF_RETURN_IF_ERROR(CheckStream(stream, "all_to_all (strided)"));
+    return AllToAllStrided(send, send_blocks, recv, recv_blocks, dtype, where);
+  }
+  Status Broadcast(void* buffer, int64_t count, DType dtype, int root, Stream& stream,
+                   CallerSite where = CallerSite::Here(__builtin_FILE(), __builtin_LINE())) {
+    return BroadcastOnStream(buffer, count, dtype, root, stream, where);
+  }
+  Status SendRecv(std::span<const SendSpec> sends, std::span<const RecvSpec> recvs, DType dtype, Stream& stream) {
+    return SendRecvOnStream(sends, recvs, dtype, stream);
+  }
+
   // Even-size convenience forms.
   Status AllGather(const void* send, void* recv, int64_t count, DType dtype,
                    CallerSite where = CallerSite::Here(__builtin_FILE(), __builtin_LINE())) {
@@ -174,6 +217,26 @@ class Communicator {
     std::vector<int64_t> counts(static_cast<size_t>(size()), count_per_rank);
     return AllToAllV(send, counts, recv, counts, dtype, where);
   }
+
+ protected:
+  // The stream-ordered forms. The defaults (host backends) check that `stream` is a host stream and
+  // run the blocking form; a device backend overrides them to enqueue on the stream.
+  virtual Status AllGatherVOnStream(const void* send, int64_t send_count, void* recv,
+                                    std::span<const int64_t> recv_counts, DType dtype, Stream& stream,
+                                    CallerSite where);
+  virtual Status ReduceScatterVOnStream(const void* send, std::span<const int64_t> counts, void* recv, DType dtype,
+                                        ReduceOp op, Stream& stream, CallerSite where);
+  virtual Status AllReduceOnStream(const void* send, void* recv, int64_t count, DType dtype, ReduceOp op,
+                                   Stream& stream, CallerSite where);
+  virtual Status AllToAllVOnStream(const void* send, std::span<const int64_t> send_counts, void* recv,
+                                   std::span<const int64_t> recv_counts, DType dtype, Stream& stream,
+                                   CallerSite where);
+  virtual Status BroadcastOnStream(void* buffer, int64_t count, DType dtype, int root, Stream& stream,
+                                   CallerSite where);
+  virtual Status SendRecvOnStream(std::span<const SendSpec> sends, std::span<const RecvSpec> recvs, DType dtype,
+                                  Stream& stream);
+  // OK when `stream` is on device(); InvalidArgument naming both otherwise.
+  Status CheckStream(const Stream& stream, const char* what) const;
 };
 
 }  // namespace meshflow

@@ -1,23 +1,93 @@
 #include "meshflow/dtensor/tensor.h"
 
 #include <charconv>
+#include <cstdio>
+#include <cstdlib>
 #include <cmath>
 #include <cstring>
 #include <sstream>
 
+#include "meshflow/runtime/device_runtime.h"
+
 namespace meshflow {
 
+namespace tensor_internal {
+
+void DeviceTensorOnHost(const char* what, Device device) {
+  std::fprintf(stderr, "meshflow: %s on a tensor on %s: element access needs a host tensor (copy it with "
+               "Tensor::ToHost or CopyTo first)\n", what, device.ToString().c_str());
+  std::abort();
+}
+
+}  // namespace tensor_internal
+
+namespace {
+
+[[noreturn]] void AbortWith(const char* what, const Status& s) {
+  std::fprintf(stderr, "meshflow: %s: %s\n", what, s.ToString().c_str());
+  std::abort();
+}
+
+int64_t BytesOf(DType dtype, const std::vector<int64_t>& shape) {
+  int64_t n = DTypeSize(dtype);
+  for (int64_t s : shape) n *= s;
+  return n;
+}
+
+// Copies `bytes` bytes from src to dst in `stream`'s order (host -> host at once).
+Status CopyBytesOn(const TensorBuffer& src, TensorBuffer& dst, int64_t bytes, const std::shared_ptr<Stream>& stream) {
+  if (bytes == 0) return Status::Ok();
+  if (src.device().is_host() && dst.device().is_host()) {
+    std::memcpy(dst.data(), src.data(), static_cast<size_t>(bytes));
+    return Status::Ok();
+  }
+  const Device on = src.device().is_host() ? dst.device() : src.device();
+  if (stream == nullptr) {
+    return InvalidArgumentError("a copy between " + src.device().ToString() + " and " + dst.device().ToString() +
+                                " needs a stream");
+  }
+  if (stream->device() != on) {
+    return InvalidArgumentError("a copy between " + src.device().ToString() + " and " + dst.device().ToString() +
+                                " on stream '" + stream->name() + "' of " + stream->device().ToString());
+  }
+  MF_ASSIGN_OR_RETURN(DeviceRuntime * rt, GetDeviceRuntime(on));
+  const std::byte* from = src.data();
+  std::byte* to = dst.data();
+  Stream& s = *stream;
+  return stream->Enqueue([rt, from, to, bytes, &s]() { return rt->Copy(to, from, bytes, s); }, "copy");
+}
+
+}  // namespace
+
+TensorBuffer Tensor::ZeroScalarBytes() {
+  TensorBuffer b(4);
+  std::memset(b.data(), 0, 4);
+  return b;
+}
+
 Tensor::Tensor(const Tensor& other) : dtype_(other.dtype_), shape_(other.shape_), bytes_() {
-  bytes_.resize(other.bytes_.size());  // default-initialized: no fill before the copy
-  if (!bytes_.empty()) std::memcpy(bytes_.data(), other.bytes_.data(), bytes_.size());
+  if (other.is_host()) {
+    bytes_ = TensorBuffer(other.NumBytes());
+    if (other.NumBytes() > 0) std::memcpy(bytes_.data(), other.raw(), static_cast<size_t>(other.NumBytes()));
+    return;
+  }
+  StatusOr<Tensor> c = other.Clone();
+  if (!c.ok()) AbortWith("copying a device tensor", c.status());
+  bytes_ = std::move(c->bytes_);
 }
 
 Tensor& Tensor::operator=(const Tensor& other) {
   if (this == &other) return *this;
-  dtype_ = other.dtype_;
-  shape_ = other.shape_;
-  bytes_.resize(other.bytes_.size());
-  if (!bytes_.empty()) std::memcpy(bytes_.data(), other.bytes_.data(), bytes_.size());
+  if (other.is_host() && is_host()) {
+    dtype_ = other.dtype_;
+    shape_ = other.shape_;
+    if (bytes_.capacity() < other.NumBytes()) bytes_ = TensorBuffer(other.NumBytes());
+    (void)bytes_.Resize(other.NumBytes());  // within the capacity: cannot fail
+    if (other.NumBytes() > 0) std::memcpy(bytes_.data(), other.raw(), static_cast<size_t>(other.NumBytes()));
+    return *this;
+  }
+  Tensor copy(other);
+  *this = std::move(copy);
   return *this;
 }
 
@@ -28,10 +98,8 @@ int64_t Tensor::NumElements() const {
 }
 
 Tensor Tensor::Zeros(DType dtype, std::vector<int64_t> shape) {
-  Tensor t;
-  t.dtype_ = dtype;
-  t.shape_ = std::move(shape);
-  t.bytes_.assign(static_cast<size_t>(t.NumElements() * DTypeSize(dtype)), std::byte{0});
+  Tensor t = Uninitialized(dtype, std::move(shape));
+  if (t.NumBytes() > 0) std::memset(t.raw(), 0, static_cast<size_t>(t.NumBytes()));
   return t;
 }
 
@@ -39,8 +107,7 @@ Tensor Tensor::Uninitialized(DType dtype, std::vector<int64_t> shape) {
   Tensor t;
   t.dtype_ = dtype;
   t.shape_ = std::move(shape);
-  t.bytes_ = Bytes();  // no 4-byte default to copy over
-  t.bytes_.resize(static_cast<size_t>(t.NumElements() * DTypeSize(dtype)));
+  t.bytes_ = TensorBuffer(BytesOf(dtype, t.shape_));
   return t;
 }
 
@@ -49,15 +116,59 @@ Tensor Tensor::Uninitialized(DType dtype, std::vector<int64_t> shape, TensorBuff
   t.dtype_ = dtype;
   t.shape_ = std::move(shape);
   t.bytes_ = std::move(reuse);
-  t.bytes_.resize(static_cast<size_t>(t.NumElements() * DTypeSize(dtype)));  // within capacity: no allocation
+  const Status s = t.bytes_.Resize(BytesOf(dtype, t.shape_));  // within capacity: no allocation
+  if (!s.ok()) AbortWith("Tensor::Uninitialized", s);
+  return t;
+}
+
+StatusOr<Tensor> Tensor::Empty(DType dtype, std::vector<int64_t> shape, Device device, std::shared_ptr<Stream> stream) {
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] < 0) {
+      return InvalidArgumentError("Tensor::Empty: shape has negative size " + std::to_string(shape[d]) + " at dim " +
+                                  std::to_string(d));
+    }
+  }
+  Tensor t;
+  t.dtype_ = dtype;
+  t.shape_ = std::move(shape);
+  MF_ASSIGN_OR_RETURN(t.bytes_, TensorBuffer::Allocate(device, BytesOf(dtype, t.shape_), std::move(stream)));
   return t;
 }
 
 TensorBuffer Tensor::ReleaseBuffer() {
-  Bytes out = std::move(bytes_);
-  bytes_ = Bytes();
+  TensorBuffer out = std::move(bytes_);
+  bytes_ = TensorBuffer();
   shape_.assign(1, 0);
   return out;
+}
+
+StatusOr<Tensor> Tensor::CopyTo(Device device, std::shared_ptr<Stream> stream) const {
+  const std::shared_ptr<Stream> home = device.is_host() ? nullptr : stream;
+  MF_ASSIGN_OR_RETURN(Tensor out, Empty(dtype_, shape_, device, home));
+  MF_RETURN_IF_ERROR(CopyBytesOn(bytes_, out.bytes_, NumBytes(), stream));
+  return out;
+}
+
+StatusOr<Tensor> Tensor::ToHost() const {
+  if (is_host()) return *this;
+  MF_ASSIGN_OR_RETURN(Tensor out, CopyTo(Device::Host(), stream()));
+  if (stream() == nullptr) return InternalError("ToHost: a device tensor without a stream");
+  MF_RETURN_IF_ERROR(stream()->Synchronize());
+  return out;
+}
+
+StatusOr<Tensor> Tensor::Clone() const {
+  if (is_host()) return *this;
+  MF_ASSIGN_OR_RETURN(Tensor out, Empty(dtype_, shape_, device(), stream()));
+  MF_RETURN_IF_ERROR(CopyBytesOn(bytes_, out.bytes_, NumBytes(), stream()));
+  return out;
+}
+
+bool operator==(const Tensor& a, const Tensor& b) {
+  if (!a.is_host()) tensor_internal::DeviceTensorOnHost("Tensor ==", a.device());
+  if (!b.is_host()) tensor_internal::DeviceTensorOnHost("Tensor ==", b.device());
+  return a.dtype_ == b.dtype_ && a.shape_ == b.shape_ && a.NumBytes() == b.NumBytes() &&
+         (a.NumBytes() == 0 || std::memcmp(a.raw(), b.raw(), static_cast<size_t>(a.NumBytes())) == 0);
 }
 
 Tensor Tensor::Iota(DType dtype, std::vector<int64_t> shape) {
@@ -105,46 +216,8 @@ void Tensor::SetFromDouble(int64_t flat, double v) {
   });
 }
 
-void CopyRegion(const std::byte* src, std::span<const int64_t> src_shape, std::span<const int64_t> src_offset,
-                std::byte* dst, std::span<const int64_t> dst_shape, std::span<const int64_t> dst_offset,
-                std::span<const int64_t> extent, int64_t elem_size) {
-  const int r = static_cast<int>(extent.size());
-  for (int d = 0; d < r; ++d) {
-    if (extent[d] == 0) return;
-  }
-  if (r == 0) {
-    std::memcpy(dst, src, static_cast<size_t>(elem_size));
-    return;
-  }
-  // Merge trailing dims that are contiguous in both src and dst into one run.
-  int inner = r - 1;
-  int64_t run = extent[inner];
-  while (inner > 0 && extent[inner] == src_shape[inner] && extent[inner] == dst_shape[inner]) {
-    --inner;
-    run *= extent[inner];
-  }
-  std::vector<int64_t> src_strides(r, 1), dst_strides(r, 1);
-  for (int d = r - 2; d >= 0; --d) {
-    src_strides[d] = src_strides[d + 1] * src_shape[d + 1];
-    dst_strides[d] = dst_strides[d + 1] * dst_shape[d + 1];
-  }
-  std::vector<int64_t> idx(inner, 0);  // counters over dims [0, inner)
-  const size_t run_bytes = static_cast<size_t>(run * elem_size);
-  while (true) {
-    int64_t so = 0, doff = 0;
-    for (int d = 0; d < r; ++d) {
-      const int64_t i = d < inner ? idx[d] : 0;
-      so += (src_offset[d] + i) * src_strides[d];
-      doff += (dst_offset[d] + i) * dst_strides[d];
-    }
-    std::memcpy(dst + doff * elem_size, src + so * elem_size, run_bytes);
-    int d = inner - 1;
-    while (d >= 0 && ++idx[d] == extent[d]) idx[d--] = 0;
-    if (d < 0) break;
-  }
-}
-
 Tensor Tensor::Slice(const Box& box) const {
+  if (!is_host()) tensor_internal::DeviceTensorOnHost("Tensor::Slice", device());
   Tensor out = Uninitialized(dtype_, box.shape);  // CopyRegion writes every byte
   const std::vector<int64_t> zero(box.shape.size(), 0);
   CopyRegion(raw(), shape_, box.offset, out.raw(), out.shape_, zero, box.shape, DTypeSize(dtype_));
@@ -152,11 +225,20 @@ Tensor Tensor::Slice(const Box& box) const {
 }
 
 void Tensor::Insert(std::span<const int64_t> offset, const Tensor& block) {
+  if (!is_host()) tensor_internal::DeviceTensorOnHost("Tensor::Insert", device());
+  if (!block.is_host()) tensor_internal::DeviceTensorOnHost("Tensor::Insert", block.device());
   const std::vector<int64_t> zero(block.shape_.size(), 0);
   CopyRegion(block.raw(), block.shape_, zero, raw(), shape_, offset, block.shape_, DTypeSize(dtype_));
 }
 
 std::string Tensor::ToString() const {
+  if (!is_host()) {
+    std::ostringstream os;
+    os << DTypeName(dtype_) << "[";
+    for (int d = 0; d < rank(); ++d) os << (d ? "," : "") << shape_[d];
+    os << "]@" << device().ToString();
+    return os.str();
+  }
   std::ostringstream os;
   os << DTypeName(dtype_) << "[";
   for (int d = 0; d < rank(); ++d) os << (d ? "," : "") << shape_[d];

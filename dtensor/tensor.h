@@ -1,6 +1,12 @@
-// Tensor: a dense, row-major, CPU-resident buffer with a dtype and a shape.
+// Tensor: a dense, row-major buffer with a dtype and a shape, on a Device.
 //
-// The local part of a DTensor. Small and value-semantic (copies copy the bytes).
+// The local part of a DTensor. Small and value-semantic (copies copy the bytes). Its storage is a
+// TensorBuffer (dtensor/tensor_buffer.h) on a device: the host by default, or a CUDA device (the
+// bytes are then device memory, valid in the order of the buffer's home stream). Element access
+// (data, At, GetAsDouble, Slice, Insert, ToString, ==) is for host tensors only and aborts with a
+// message on a device tensor; kernels and the executor take raw() and dispatch on device().
+// Moving between devices is explicit and stream-ordered (CopyTo); copying a device tensor enqueues
+// a device-to-device copy on its home stream.
 //
 //   Tensor t = Tensor::Iota(DType::kF32, {2, 3});             // 0, 1, ..., 5
 //   float x = t.At<float>(std::vector<int64_t>{1, 2});        // 5
@@ -20,50 +26,25 @@
 
 #include "meshflow/base/status.h"
 #include "meshflow/dtensor/box.h"
+#include "meshflow/runtime/region_copy.h"
 #include "meshflow/dtensor/dtype.h"
-#include "meshflow/dtensor/host_cache.h"
+#include "meshflow/dtensor/tensor_buffer.h"
+#include "meshflow/runtime/device.h"
+#include "meshflow/runtime/stream.h"
 
 namespace meshflow {
 
 namespace tensor_internal {
-// std::allocator whose value-initialization (vector::resize, vector(n)) leaves elements
-// default-initialized, i.e. uninitialized bytes (Tensor::Uninitialized), and whose storage comes
-// from the host block cache (dtensor/host_cache.h). Explicit values (vector(n, v), assign) are
-// still written.
-template <typename T>
-struct DefaultInitAllocator : std::allocator<T> {
-  using value_type = T;
-  template <typename U>
-  struct rebind {
-    using other = DefaultInitAllocator<U>;
-  };
-  DefaultInitAllocator() = default;
-  template <typename U>
-  DefaultInitAllocator(const DefaultInitAllocator<U>&) noexcept {}
-  template <typename U>
-  void construct(U* p) noexcept(std::is_nothrow_default_constructible_v<U>) {
-    ::new (static_cast<void*>(p)) U;
-  }
-  template <typename U, typename... Args>
-  void construct(U* p, Args&&... args) {
-    std::construct_at(p, std::forward<Args>(args)...);
-  }
-  // Storage from the host block cache (dtensor/host_cache.h).
-  T* allocate(size_t n) { return static_cast<T*>(AllocateHostBytes(n * sizeof(T))); }
-  void deallocate(T* p, size_t n) noexcept { DeallocateHostBytes(p, n * sizeof(T)); }
-};
+// Aborts with a message naming `what` and the tensor's device: host-only accessors on a device
+// tensor (copy it to the host first: Tensor::CopyTo / ToHost).
+[[noreturn]] void DeviceTensorOnHost(const char* what, Device device);
 }  // namespace tensor_internal
-
-// The byte storage of a Tensor. Growing it (resize) leaves the new bytes unspecified; its
-// capacity can pass from one tensor to another (Tensor::ReleaseBuffer, Tensor::Uninitialized), e.g.
-// through a pool (runtime/buffer_pool.h).
-using TensorBuffer = std::vector<std::byte, tensor_internal::DefaultInitAllocator<std::byte>>;
 
 class Tensor {
  public:
   Tensor() = default;  // an f32 scalar (rank 0, one element) holding 0
-  // Copies are one memcpy of the bytes: TensorBuffer's allocator has a construct() member, so a
-  // defaulted copy would go through vector's element-by-element (here: byte-by-byte) path.
+  // Copies are one memcpy of the bytes (host), or one device-to-device copy enqueued on the home
+  // stream (device tensors; aborts when the device is out of memory: use Clone for a Status).
   Tensor(const Tensor& other);
   Tensor& operator=(const Tensor& other);
   Tensor(Tensor&&) noexcept = default;
@@ -74,8 +55,13 @@ class Tensor {
   // Contents unspecified: for callers that overwrite every byte (e.g. checkpoint loads), to skip
   // the zero-fill pass. Precondition: sizes >= 0.
   static Tensor Uninitialized(DType dtype, std::vector<int64_t> shape);
-  // The same in `reuse`'s memory (no allocation when its capacity suffices).
+  // The same in `reuse`'s memory, on its device (no allocation when its capacity suffices; aborts
+  // when a device reallocation fails).
   static Tensor Uninitialized(DType dtype, std::vector<int64_t> shape, TensorBuffer reuse);
+  // Contents unspecified, on `device`, valid in `stream`'s order (null: no stream). Errors: the
+  // allocator's (out of device memory), a device without a runtime, a negative size.
+  static StatusOr<Tensor> Empty(DType dtype, std::vector<int64_t> shape, Device device,
+                                std::shared_ptr<Stream> stream = nullptr);
   // Element i (row-major) holds the value i converted to dtype (bf16 rounds).
   static Tensor Iota(DType dtype, std::vector<int64_t> shape);
   // Errors: a negative size; values.size() != prod(shape).
@@ -86,17 +72,26 @@ class Tensor {
   const std::vector<int64_t>& shape() const { return shape_; }
   int rank() const { return static_cast<int>(shape_.size()); }
   int64_t NumElements() const;
-  int64_t NumBytes() const { return static_cast<int64_t>(bytes_.size()); }
+  int64_t NumBytes() const { return bytes_.size(); }
+  Device device() const { return bytes_.device(); }
+  bool is_host() const { return bytes_.device().is_host(); }
+  // The stream the bytes are valid in (device tensors; null on the host).
+  const std::shared_ptr<Stream>& stream() const { return bytes_.stream(); }
+  const TensorBuffer& buffer() const { return bytes_; }
+  TensorBuffer& mutable_buffer() { return bytes_; }
 
+  // The bytes: host memory, or device memory for a device tensor.
   std::byte* raw() { return bytes_.data(); }
   const std::byte* raw() const { return bytes_.data(); }
-  // Precondition: T matches dtype().
+  // Host tensors only. Precondition: T matches dtype().
   template <typename T>
   std::span<T> data() {
+    if (!is_host()) tensor_internal::DeviceTensorOnHost("Tensor::data", device());
     return {reinterpret_cast<T*>(bytes_.data()), static_cast<size_t>(NumElements())};
   }
   template <typename T>
   std::span<const T> data() const {
+    if (!is_host()) tensor_internal::DeviceTensorOnHost("Tensor::data", device());
     return {reinterpret_cast<const T*>(bytes_.data()), static_cast<size_t>(NumElements())};
   }
   template <typename T>
@@ -119,21 +114,30 @@ class Tensor {
   void Insert(std::span<const int64_t> offset, const Tensor& block);
 
   // Moves the byte storage out, capacity included (for Uninitialized(..., reuse)); leaves this
-  // tensor empty: same dtype, shape [0], no bytes.
+  // tensor empty: same dtype, shape [0], no bytes, on the host.
   TensorBuffer ReleaseBuffer();
 
-  // Exact byte equality of dtype, shape and data.
-  friend bool operator==(const Tensor& a, const Tensor& b) {
-    return a.dtype_ == b.dtype_ && a.shape_ == b.shape_ && a.bytes_ == b.bytes_;
-  }
+  // A copy on `device` (host <-> device, or on the same device), enqueued on `stream` (a stream of
+  // the device tensor's side; for host -> host any host stream, run at once). The result's bytes
+  // are valid once the stream ran the copy: read a host result after stream->Synchronize() (or an
+  // event recorded after the call). The source must stay alive and unchanged until then.
+  // Errors: allocation, a stream on neither side's device, the copy's.
+  StatusOr<Tensor> CopyTo(Device device, std::shared_ptr<Stream> stream) const;
+  // CopyTo(Device::Host(), home stream) and a wait for it; a host tensor is copied.
+  StatusOr<Tensor> ToHost() const;
+  // A copy on the same device and stream, with allocation errors as a Status.
+  StatusOr<Tensor> Clone() const;
+
+  // Exact byte equality of dtype, shape and data (host tensors only).
+  friend bool operator==(const Tensor& a, const Tensor& b);
   // "f32[2,3]{0, 1, 2, 3, 4, 5}" (data elided past 64 elements).
   std::string ToString() const;
 
  private:
   DType dtype_ = DType::kF32;
   std::vector<int64_t> shape_;
-  using Bytes = TensorBuffer;
-  Bytes bytes_ = Bytes(4, std::byte{0});
+  static TensorBuffer ZeroScalarBytes();
+  TensorBuffer bytes_ = ZeroScalarBytes();
 };
 
 // Element `flat` (row-major) as exact text, so that printing then parsing gives the same value:
@@ -147,12 +151,6 @@ std::string FormatElement(const Tensor& t, int64_t flat);
 // FormatElement for a JSON document: the same text for finite values; inf, -inf and nan (which
 // JSON numbers cannot express) as the strings "\"inf\"", "\"-inf\"", "\"nan\"".
 std::string FormatElementJson(const Tensor& t, int64_t flat);
-
-// Copies the region `extent` from src (at src_offset) to dst (at dst_offset); both row-major
-// with the given shapes. Innermost runs are memcpy'd. Precondition: regions fit.
-void CopyRegion(const std::byte* src, std::span<const int64_t> src_shape, std::span<const int64_t> src_offset,
-                std::byte* dst, std::span<const int64_t> dst_shape, std::span<const int64_t> dst_offset,
-                std::span<const int64_t> extent, int64_t elem_size);
 
 template <typename T>
 StatusOr<Tensor> Tensor::FromVector(std::vector<int64_t> shape, const std::vector<T>& values) {

@@ -1,6 +1,7 @@
 #include "meshflow/nn/distribute.h"
 
 #include <numeric>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,7 +19,10 @@ StatusOr<DTensor> Distribute(const Tensor& global, const Layout& layout, const R
   return meshflow::Distribute(global, layout, ctx.world_rank());
 }
 
-StatusOr<DTensor> DistributeFrom(const Tensor* global, const Layout& layout, int src_rank, RankContext& ctx) {
+namespace {
+
+// DistributeFrom's body, as communication work (on the context's communication stream).
+StatusOr<DTensor> DistributeFromInWork(const Tensor* global, const Layout& layout, int src_rank, RankContext& ctx) {
   const DeviceMesh& mesh = layout.mesh();
   if (!(mesh == ctx.mesh())) {
     return InvalidArgumentError("DistributeFrom: layout is on mesh " + mesh.ToString() +
@@ -88,6 +92,19 @@ StatusOr<DTensor> DistributeFrom(const Tensor* global, const Layout& layout, int
     MF_RETURN_IF_ERROR(group->SendRecv({}, std::span<const RecvSpec>(&recv, 1), dtype));
   }
   return DTensor::FromLocal(std::move(local), layout, me);
+}
+
+}  // namespace
+
+StatusOr<DTensor> DistributeFrom(const Tensor* global, const Layout& layout, int src_rank, RankContext& ctx) {
+  std::optional<StatusOr<DTensor>> result;
+  MF_RETURN_IF_ERROR(ctx.RunCollective(
+      [&]() -> Status {
+        result = DistributeFromInWork(global, layout, src_rank, ctx);
+        return Status::Ok();
+      },
+      "distribute_from"));
+  return std::move(*result);
 }
 
 }  // namespace meshflow::nn

@@ -17,18 +17,25 @@
 #include <cstdint>
 #include <vector>
 
+#include "meshflow/base/status.h"
 #include "meshflow/dtensor/tensor.h"
+#include "meshflow/runtime/device.h"
+#include "meshflow/runtime/stream.h"
 
 namespace meshflow {
 
 class BufferPool {
  public:
+  BufferPool() = default;  // host buffers, no stream
+  BufferPool(Device device, std::shared_ptr<Stream> stream) : device_(device), stream_(std::move(stream)) {}
+
   // Buffers kept at most; giving back one more drops the one with the smallest capacity.
   static constexpr size_t kMaxBuffers = 8;
 
   // A buffer of exactly `bytes` bytes (unspecified contents): the pooled one with the smallest
-  // capacity that holds `bytes`, else a newly allocated one. Precondition: bytes >= 0.
-  TensorBuffer Take(int64_t bytes);
+  // capacity that holds `bytes`, else a newly allocated one on the pool's device and stream.
+  // Errors: a negative size; the allocator's.
+  StatusOr<TensorBuffer> Take(int64_t bytes);
   // Keeps `buffer`'s capacity for later Takes (buffers without capacity are dropped).
   void Give(TensorBuffer buffer);
   // Frees every pooled buffer.
@@ -41,6 +48,8 @@ class BufferPool {
   int64_t allocations() const { return allocations_; }
 
  private:
+  Device device_;
+  std::shared_ptr<Stream> stream_;
   std::vector<TensorBuffer> free_;
   int64_t allocations_ = 0;
 };

@@ -77,14 +77,29 @@ StatusOr<DTensor> RunChosen(const OpSpec& op, const StrategyChoice& choice, std:
       if (IsShard(logits.placement(m), class_dim)) dims.push_back(m);
     }
     if (!dims.empty()) {
-      MF_ASSIGN_OR_RETURN(Communicator * group, ctx.Group(dims));
       MF_ASSIGN_OR_RETURN(Box box, logits.LocalBox(rank));
       VocabShard vocab;
       vocab.class_offset = box.offset[class_dim];
       vocab.num_classes = logits.global_shape()[class_dim];
       vocab.owner = box.offset[class_dim] == 0;
-      vocab.all_reduce = [group](std::vector<double>& rows, ReduceOp rop) {
-        return group->AllReduce(rows.data(), rows.data(), static_cast<int64_t>(rows.size()), DType::kF64, rop);
+      // The group first, on every rank of the world (a first use splits the world communicator),
+      // in the communication stream's order like every collective of the rank.
+      Communicator* group = nullptr;
+      MF_RETURN_IF_ERROR(ctx.RunCollective(
+          [&]() -> Status {
+            MF_ASSIGN_OR_RETURN(group, ctx.Group(dims));
+            return Status::Ok();
+          },
+          "group"));
+      RankContext* c = &ctx;
+      vocab.all_reduce = [c, group](std::vector<double>& rows, ReduceOp rop) {
+        // Host row statistics, reduced in the communication stream's order.
+        return c->RunCollective(
+            [&]() -> Status {
+              return group->AllReduce(rows.data(), rows.data(), static_cast<int64_t>(rows.size()), DType::kF64, rop,
+                                      c->comm_stream());
+            },
+            "vocab all_reduce");
       };
       MF_ASSIGN_OR_RETURN(Tensor out, ce != nullptr ? CrossEntropyKernel(*locals[0], *locals[1], ce->reduction,
                                                                          kctx.mean_count, vocab)

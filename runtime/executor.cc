@@ -1,6 +1,7 @@
 #include "meshflow/runtime/executor.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <limits>
 #include <optional>
@@ -19,29 +20,51 @@ std::vector<int64_t> Sub(std::span<const int64_t> a, std::span<const int64_t> b)
   return out;
 }
 
-// Copies the part of `t` (whose global box is `box`) at global `offset` with extents `shape`
-// (inside `box`) to `dst` as a dense row-major block. Returns the bytes written.
-int64_t PackPiece(const Tensor& t, const Box& box, std::span<const int64_t> offset, std::span<const int64_t> shape,
-                  std::byte* dst) {
-  const std::vector<int64_t> zero(shape.size(), 0);
-  CopyRegion(t.raw(), t.shape(), Sub(offset, box.offset), dst, shape, zero, shape, DTypeSize(t.dtype()));
+int64_t ElementsOf(std::span<const int64_t> shape) {
   int64_t n = 1;
   for (int64_t e : shape) n *= e;
-  return n * DTypeSize(t.dtype());
+  return n;
 }
-int64_t PackPiece(const Tensor& t, const Box& box, const Box& piece, std::byte* dst) {
-  return PackPiece(t, box, piece.offset, piece.shape, dst);
+
+// What a step runs with: pointers into the RankContext's state (stable while work is pending, even
+// when the context object moves), and the communication stream the step is work of. Every byte
+// operation goes through the device runtime in the stream's order; every collective gets the stream.
+struct Env {
+  MeshComms* comms;
+  BufferPool* pool;
+  SendRecvCache* cache;
+  DeviceRuntime* rt;
+  Stream* stream;
+  int rank;
+};
+
+Env MakeEnv(RankContext& ctx) {
+  return Env{&ctx.comms(), &ctx.buffers(), &ctx.send_recv_cache(), &ctx.runtime(), &ctx.comm_stream(),
+             ctx.world_rank()};
+}
+
+// Copies the part of `t` (whose global box is `box`) at global `offset` with extents `shape`
+// (inside `box`) to `dst` as a dense row-major block.
+Status PackPiece(const Env& env, const Tensor& t, const Box& box, std::span<const int64_t> offset,
+                 std::span<const int64_t> shape, std::byte* dst) {
+  const std::vector<int64_t> zero(shape.size(), 0);
+  return env.rt->CopyRegion(t.raw(), t.shape(), Sub(offset, box.offset), dst, shape, zero, shape,
+                            DTypeSize(t.dtype()), *env.stream);
+}
+Status PackPiece(const Env& env, const Tensor& t, const Box& box, const Box& piece, std::byte* dst) {
+  return PackPiece(env, t, box, piece.offset, piece.shape, dst);
 }
 
 // Writes the dense block at `src` (extents `shape`, global `offset`) into `out`, whose global box
 // is `out_box`.
-void UnpackPiece(const std::byte* src, std::span<const int64_t> offset, std::span<const int64_t> shape, Tensor& out,
-                 const Box& out_box) {
+Status UnpackPiece(const Env& env, const std::byte* src, std::span<const int64_t> offset,
+                   std::span<const int64_t> shape, Tensor& out, const Box& out_box) {
   const std::vector<int64_t> zero(shape.size(), 0);
-  CopyRegion(src, shape, zero, out.raw(), out.shape(), Sub(offset, out_box.offset), shape, DTypeSize(out.dtype()));
+  return env.rt->CopyRegion(src, shape, zero, out.raw(), out.shape(), Sub(offset, out_box.offset), shape,
+                            DTypeSize(out.dtype()), *env.stream);
 }
-void UnpackPiece(const std::byte* src, const Box& piece, Tensor& out, const Box& out_box) {
-  UnpackPiece(src, piece.offset, piece.shape, out, out_box);
+Status UnpackPiece(const Env& env, const std::byte* src, const Box& piece, Tensor& out, const Box& out_box) {
+  return UnpackPiece(env, src, piece.offset, piece.shape, out, out_box);
 }
 
 // Bytes of the blocks `pieces` packed back to back.
@@ -115,29 +138,34 @@ int64_t SumOf(std::span<const int64_t> v) {
 // repeated redistribution allocates nothing in steady state. Pooled bytes are stale: a step takes
 // an uninitialized buffer only where it writes every byte (the pieces it writes are disjoint and
 // add up to the whole buffer), and a zeroed one otherwise. On an error path the buffers are simply
-// freed, as before (a backend that timed out might still touch them).
+// freed (a backend that timed out might still touch them).
 
 // A tensor of `shape` whose every byte the caller writes.
-Tensor TakeUninitialized(BufferPool& pool, DType dtype, std::vector<int64_t> shape) {
-  int64_t n = DTypeSize(dtype);
-  for (int64_t s : shape) n *= s;
-  return Tensor::Uninitialized(dtype, std::move(shape), pool.Take(n));
+StatusOr<Tensor> TakeUninitialized(const Env& env, DType dtype, std::vector<int64_t> shape) {
+  const int64_t n = DTypeSize(dtype) * ElementsOf(shape);
+  MF_ASSIGN_OR_RETURN(TensorBuffer b, env.pool->Take(n));
+  return Tensor::Uninitialized(dtype, std::move(shape), std::move(b));
 }
 
-Tensor TakeUninitialized(BufferPool& pool, DType dtype, std::span<const int64_t> shape) {
-  return TakeUninitialized(pool, dtype, std::vector<int64_t>(shape.begin(), shape.end()));
+StatusOr<Tensor> TakeUninitialized(const Env& env, DType dtype, std::span<const int64_t> shape) {
+  return TakeUninitialized(env, dtype, std::vector<int64_t>(shape.begin(), shape.end()));
+}
+
+Status FillZero(const Env& env, Tensor& t) {
+  const std::byte zero{0};
+  return env.rt->Fill(t.raw(), t.NumBytes(), &zero, 1, *env.stream);
 }
 
 // A zero-filled tensor of `shape` in pooled memory.
-Tensor TakeZeros(BufferPool& pool, DType dtype, std::vector<int64_t> shape) {
-  Tensor t = TakeUninitialized(pool, dtype, std::move(shape));
-  if (t.NumBytes() > 0) std::memset(t.raw(), 0, static_cast<size_t>(t.NumBytes()));
+StatusOr<Tensor> TakeZeros(const Env& env, DType dtype, std::vector<int64_t> shape) {
+  MF_ASSIGN_OR_RETURN(Tensor t, TakeUninitialized(env, dtype, std::move(shape)));
+  MF_RETURN_IF_ERROR(FillZero(env, t));
   return t;
 }
 
 // The step's result replaces `local`, whose storage goes back to the pool.
-void Replace(BufferPool& pool, Tensor& local, Tensor out) {
-  pool.Give(local.ReleaseBuffer());
+void Replace(const Env& env, Tensor& local, Tensor out) {
+  env.pool->Give(local.ReleaseBuffer());
   local = std::move(out);
 }
 
@@ -147,9 +175,9 @@ struct GroupInfo {
   int me = 0;                // position of this rank
 };
 
-StatusOr<GroupInfo> GetGroup(RankContext& ctx, std::span<const int> dims) {
+StatusOr<GroupInfo> GetGroup(const Env& env, std::span<const int> dims) {
   GroupInfo g;
-  MF_ASSIGN_OR_RETURN(g.comm, ctx.Group(dims));
+  MF_ASSIGN_OR_RETURN(g.comm, env.comms->Group(dims));
   g.members = g.comm->world_ranks();
   g.me = g.comm->rank();
   return g;
@@ -167,9 +195,9 @@ Status CheckLocal(const Layout& layout, int rank, const Tensor& local, const cha
   return Status();
 }
 
-Status RunAllGather(const PlanStep& step, RankContext& ctx, Tensor& local, int rank) {
-  MF_ASSIGN_OR_RETURN(GroupInfo g, GetGroup(ctx, step.mesh_dims));
-  MF_ASSIGN_OR_RETURN(Box to_box, step.to.LocalBox(rank));
+Status RunAllGather(const PlanStep& step, const Env& env, Tensor& local) {
+  MF_ASSIGN_OR_RETURN(GroupInfo g, GetGroup(env, step.mesh_dims));
+  MF_ASSIGN_OR_RETURN(Box to_box, step.to.LocalBox(env.rank));
   std::vector<Box> from_boxes;
   std::vector<int64_t> counts;
   for (int q : g.members) {
@@ -184,42 +212,43 @@ Status RunAllGather(const PlanStep& step, RankContext& ctx, Tensor& local, int r
                            " is not inside the target box " + to_box.ToString());
     }
   }
-  BufferPool& pool = ctx.buffers();
   const int64_t total = SumOf(counts);
   // The members' blocks are disjoint shards inside to_box: when they add up to it, they cover it.
-  Tensor out = total == to_box.NumElements() ? TakeUninitialized(pool, local.dtype(), to_box.shape)
-                                             : TakeZeros(pool, local.dtype(), to_box.shape);
+  MF_ASSIGN_OR_RETURN(Tensor out, total == to_box.NumElements() ? TakeUninitialized(env, local.dtype(), to_box.shape)
+                                                                : TakeZeros(env, local.dtype(), to_box.shape));
   if (BlocksTileInOrder(from_boxes, to_box)) {
     // The blocks lie back to back in the output (e.g. gathering the outermost dim): receive in place.
-    MF_RETURN_IF_ERROR(g.comm->AllGatherV(local.raw(), local.NumElements(), out.raw(), counts, local.dtype()));
-    Replace(pool, local, std::move(out));
+    MF_RETURN_IF_ERROR(
+        g.comm->AllGatherV(local.raw(), local.NumElements(), out.raw(), counts, local.dtype(), *env.stream));
+    Replace(env, local, std::move(out));
     return Status();
   }
-  TensorBuffer recv = pool.Take(total * DTypeSize(local.dtype()));  // AllGatherV writes all of it
-  MF_RETURN_IF_ERROR(g.comm->AllGatherV(local.raw(), local.NumElements(), recv.data(), counts, local.dtype()));
+  MF_ASSIGN_OR_RETURN(TensorBuffer recv, env.pool->Take(total * DTypeSize(local.dtype())));  // all written
+  MF_RETURN_IF_ERROR(
+      g.comm->AllGatherV(local.raw(), local.NumElements(), recv.data(), counts, local.dtype(), *env.stream));
   int64_t pos = 0;
   for (size_t q = 0; q < g.members.size(); ++q) {
-    if (!from_boxes[q].empty()) UnpackPiece(recv.data() + pos, from_boxes[q], out, to_box);
+    if (!from_boxes[q].empty()) MF_RETURN_IF_ERROR(UnpackPiece(env, recv.data() + pos, from_boxes[q], out, to_box));
     pos += counts[q] * DTypeSize(local.dtype());
   }
-  pool.Give(std::move(recv));
-  Replace(pool, local, std::move(out));
+  env.pool->Give(std::move(recv));
+  Replace(env, local, std::move(out));
   return Status();
 }
 
-Status RunAllReduce(const PlanStep& step, RankContext& ctx, Tensor& local) {
-  MF_ASSIGN_OR_RETURN(GroupInfo g, GetGroup(ctx, step.mesh_dims));
+Status RunAllReduce(const PlanStep& step, const Env& env, Tensor& local) {
+  MF_ASSIGN_OR_RETURN(GroupInfo g, GetGroup(env, step.mesh_dims));
   const std::optional<ReduceOp> op = step.from.partial_op();
   if (!op) return InternalError("all_reduce step from a layout without Partial: " + step.from.ToString());
-  return g.comm->AllReduce(local.raw(), local.raw(), local.NumElements(), local.dtype(), *op);
+  return g.comm->AllReduce(local.raw(), local.raw(), local.NumElements(), local.dtype(), *op, *env.stream);
 }
 
-Status RunReduceScatter(const PlanStep& step, RankContext& ctx, Tensor& local, int rank) {
-  MF_ASSIGN_OR_RETURN(GroupInfo g, GetGroup(ctx, step.mesh_dims));
+Status RunReduceScatter(const PlanStep& step, const Env& env, Tensor& local) {
+  MF_ASSIGN_OR_RETURN(GroupInfo g, GetGroup(env, step.mesh_dims));
   const std::optional<ReduceOp> op = step.from.partial_op();
   if (!op) return InternalError("reduce_scatter step from a layout without Partial: " + step.from.ToString());
-  MF_ASSIGN_OR_RETURN(Box from_box, step.from.LocalBox(rank));
-  MF_ASSIGN_OR_RETURN(Box to_box, step.to.LocalBox(rank));
+  MF_ASSIGN_OR_RETURN(Box from_box, step.from.LocalBox(env.rank));
+  MF_ASSIGN_OR_RETURN(Box to_box, step.to.LocalBox(env.rank));
   std::vector<Box> pieces;
   std::vector<int64_t> counts;
   for (int q : g.members) {
@@ -232,22 +261,45 @@ Status RunReduceScatter(const PlanStep& step, RankContext& ctx, Tensor& local, i
     counts.push_back(piece.NumElements());
     pieces.push_back(std::move(piece));
   }
-  BufferPool& pool = ctx.buffers();
-  TensorBuffer send = pool.Take(PackedBytes(pieces, local.dtype()));  // the pieces fill it
+  MF_ASSIGN_OR_RETURN(TensorBuffer send, env.pool->Take(PackedBytes(pieces, local.dtype())));  // the pieces fill it
   int64_t pos = 0;
-  for (const Box& piece : pieces) pos += PackPiece(local, from_box, piece, send.data() + pos);
+  for (const Box& piece : pieces) {
+    MF_RETURN_IF_ERROR(PackPiece(env, local, from_box, piece, send.data() + pos));
+    pos += piece.NumElements() * DTypeSize(local.dtype());
+  }
   // This rank's piece is its whole target box (checked above): the reduction writes all of out.
-  Tensor out = TakeUninitialized(pool, local.dtype(), to_box.shape);
-  MF_RETURN_IF_ERROR(g.comm->ReduceScatterV(send.data(), counts, out.raw(), local.dtype(), *op));
-  pool.Give(std::move(send));
-  Replace(pool, local, std::move(out));
+  MF_ASSIGN_OR_RETURN(Tensor out, TakeUninitialized(env, local.dtype(), to_box.shape));
+  MF_RETURN_IF_ERROR(g.comm->ReduceScatterV(send.data(), counts, out.raw(), local.dtype(), *op, *env.stream));
+  env.pool->Give(std::move(send));
+  Replace(env, local, std::move(out));
   return Status();
 }
 
-Status RunAllToAll(const PlanStep& step, RankContext& ctx, Tensor& local, int rank) {
-  MF_ASSIGN_OR_RETURN(GroupInfo g, GetGroup(ctx, step.mesh_dims));
-  MF_ASSIGN_OR_RETURN(Box from_box, step.from.LocalBox(rank));
-  MF_ASSIGN_OR_RETURN(Box to_box, step.to.LocalBox(rank));
+// The strided form of an all_to_all (a backend that reads its peers' memory: threads): every piece
+// is copied once, from the sender's tensor straight into the receiver's. nullopt when some piece is
+// not a strided block of its tensor.
+StatusOr<std::optional<Tensor>> AllToAllStridedIfPossible(const Env& env, Communicator& comm, const Tensor& local,
+                                                          const std::vector<Box>& send_pieces,
+                                                          const std::vector<Box>& recv_pieces, const Box& from_box,
+                                                          const Box& to_box, CallerSite where) {
+  std::vector<StridedBlock> send_views, recv_views;
+  for (size_t q = 0; q < send_pieces.size(); ++q) {
+    const std::optional<StridedBlock> sv = StridedView(send_pieces[q], from_box);
+    const std::optional<StridedBlock> rv = StridedView(recv_pieces[q], to_box);
+    if (!sv.has_value() || !rv.has_value()) return std::optional<Tensor>();
+    send_views.push_back(*sv);
+    recv_views.push_back(*rv);
+  }
+  MF_ASSIGN_OR_RETURN(Tensor out, TakeUninitialized(env, local.dtype(), to_box.shape));  // the pieces cover it
+  MF_RETURN_IF_ERROR(
+      comm.AllToAllStrided(local.raw(), send_views, out.raw(), recv_views, local.dtype(), *env.stream, where));
+  return std::optional<Tensor>(std::move(out));
+}
+
+Status RunAllToAll(const PlanStep& step, const Env& env, Tensor& local) {
+  MF_ASSIGN_OR_RETURN(GroupInfo g, GetGroup(env, step.mesh_dims));
+  MF_ASSIGN_OR_RETURN(Box from_box, step.from.LocalBox(env.rank));
+  MF_ASSIGN_OR_RETURN(Box to_box, step.to.LocalBox(env.rank));
   std::vector<int64_t> send_counts, recv_counts;
   std::vector<Box> send_pieces, recv_pieces;
   for (int q : g.members) {
@@ -260,7 +312,6 @@ Status RunAllToAll(const PlanStep& step, RankContext& ctx, Tensor& local, int ra
     recv_counts.push_back(in_piece.NumElements());
     recv_pieces.push_back(std::move(in_piece));
   }
-  BufferPool& pool = ctx.buffers();
   const int64_t es = DTypeSize(local.dtype());
   const int64_t covered = SumOf(recv_counts);
   // Checked after the exchange, so that every member still takes part in it.
@@ -272,25 +323,12 @@ Status RunAllToAll(const PlanStep& step, RankContext& ctx, Tensor& local, int ra
   // One call site for either form: members whose pieces differ in shape may take different paths
   // (the threads backend matches a strided post with an AllToAllV post).
   const CallerSite where = CallerSite::Here(__FILE__, __LINE__);
-  // A backend that reads its peers' memory (threads) copies every piece once, from the sender's
-  // tensor straight into the receiver's, when every piece is a strided block of its tensor.
   if (g.comm->strided_all_to_all_is_direct()) {
-    std::vector<StridedBlock> send_views, recv_views;
-    bool strided = true;
-    for (size_t q = 0; q < send_pieces.size() && strided; ++q) {
-      const std::optional<StridedBlock> sv = StridedView(send_pieces[q], from_box);
-      const std::optional<StridedBlock> rv = StridedView(recv_pieces[q], to_box);
-      strided = sv.has_value() && rv.has_value();
-      if (strided) {
-        send_views.push_back(*sv);
-        recv_views.push_back(*rv);
-      }
-    }
-    if (strided) {
-      Tensor out = TakeUninitialized(pool, local.dtype(), to_box.shape);  // the pieces cover it
-      MF_RETURN_IF_ERROR(g.comm->AllToAllStrided(local.raw(), send_views, out.raw(), recv_views, local.dtype(), where));
+    MF_ASSIGN_OR_RETURN(std::optional<Tensor> strided, AllToAllStridedIfPossible(env, *g.comm, local, send_pieces,
+                                                                                  recv_pieces, from_box, to_box, where));
+    if (strided.has_value()) {
       MF_RETURN_IF_ERROR(check_covered());
-      Replace(pool, local, std::move(out));
+      Replace(env, local, std::move(*strided));
       return Status();
     }
   }
@@ -299,73 +337,77 @@ Status RunAllToAll(const PlanStep& step, RankContext& ctx, Tensor& local, int ra
   const bool send_in_place = BlocksTileInOrder(send_pieces, from_box);
   TensorBuffer send;
   if (!send_in_place) {
-    send = pool.Take(PackedBytes(send_pieces, local.dtype()));
+    MF_ASSIGN_OR_RETURN(send, env.pool->Take(PackedBytes(send_pieces, local.dtype())));
     int64_t spos = 0;
     for (const Box& piece : send_pieces) {
-      if (!piece.empty()) spos += PackPiece(local, from_box, piece, send.data() + spos);
+      if (piece.empty()) continue;
+      MF_RETURN_IF_ERROR(PackPiece(env, local, from_box, piece, send.data() + spos));
+      spos += piece.NumElements() * es;
     }
   }
   // The received pieces are disjoint (the members' source shards are); when they add up to the
   // target box they cover it, and out needs no zero-fill (otherwise the step fails below).
-  Tensor out = TakeUninitialized(pool, local.dtype(), to_box.shape);
+  MF_ASSIGN_OR_RETURN(Tensor out, TakeUninitialized(env, local.dtype(), to_box.shape));
   // Pieces that lie back to back in the target box (e.g. S(0) -> S(1)) are received in place.
   const bool recv_in_place = BlocksTileInOrder(recv_pieces, to_box);
   TensorBuffer recv;
-  if (!recv_in_place) recv = pool.Take(covered * es);  // AllToAllV writes all of it
+  if (!recv_in_place) {
+    MF_ASSIGN_OR_RETURN(recv, env.pool->Take(covered * es));  // AllToAllV writes all of it
+  }
   MF_RETURN_IF_ERROR(g.comm->AllToAllV(send_in_place ? local.raw() : send.data(), send_counts,
                                        recv_in_place ? out.raw() : recv.data(), recv_counts, local.dtype(),
-                                       where));
+                                       *env.stream, where));
   if (!recv_in_place) {
     int64_t pos = 0;
     for (size_t q = 0; q < recv_pieces.size(); ++q) {
       const Box& p = recv_pieces[q];
-      if (!p.empty()) UnpackPiece(recv.data() + pos, p, out, to_box);
+      if (!p.empty()) MF_RETURN_IF_ERROR(UnpackPiece(env, recv.data() + pos, p, out, to_box));
       pos += recv_counts[q] * es;
     }
   }
   MF_RETURN_IF_ERROR(check_covered());
-  pool.Give(std::move(send));
-  pool.Give(std::move(recv));
-  Replace(pool, local, std::move(out));
+  env.pool->Give(std::move(send));
+  env.pool->Give(std::move(recv));
+  Replace(env, local, std::move(out));
   return Status();
 }
 
-Status RunLocalSlice(const PlanStep& step, BufferPool& pool, Tensor& local, int rank) {
-  MF_ASSIGN_OR_RETURN(Box from_box, step.from.LocalBox(rank));
-  MF_ASSIGN_OR_RETURN(Box to_box, step.to.LocalBox(rank));
+Status RunLocalSlice(const PlanStep& step, const Env& env, Tensor& local) {
+  MF_ASSIGN_OR_RETURN(Box from_box, step.from.LocalBox(env.rank));
+  MF_ASSIGN_OR_RETURN(Box to_box, step.to.LocalBox(env.rank));
   if (!(Intersect(from_box, to_box) == to_box) && !to_box.empty()) {
     return InternalError("local_slice: target box " + to_box.ToString() + " is not inside source box " +
                          from_box.ToString());
   }
-  Tensor out = TakeUninitialized(pool, local.dtype(), to_box.shape);
+  MF_ASSIGN_OR_RETURN(Tensor out, TakeUninitialized(env, local.dtype(), to_box.shape));
   if (!to_box.empty()) {
     const std::vector<int64_t> zero(to_box.shape.size(), 0);
-    CopyRegion(local.raw(), local.shape(), Sub(to_box.offset, from_box.offset), out.raw(), out.shape(), zero,
-               to_box.shape, DTypeSize(local.dtype()));  // writes all of out
+    MF_RETURN_IF_ERROR(env.rt->CopyRegion(local.raw(), local.shape(), Sub(to_box.offset, from_box.offset), out.raw(),
+                                          out.shape(), zero, to_box.shape, DTypeSize(local.dtype()),
+                                          *env.stream));  // writes all of out
   }
-  Replace(pool, local, std::move(out));
+  Replace(env, local, std::move(out));
   return Status();
 }
 
-Status RunLocalPartial(const PlanStep& step, Tensor& local, int rank) {
+Status RunLocalPartial(const PlanStep& step, const Env& env, Tensor& local) {
   const std::optional<ReduceOp> op = step.to.partial_op();
   if (!op) return InternalError("local_partial step to a layout without Partial: " + step.to.ToString());
   if (*op != ReduceOp::kSum) return Status();  // avg/max/min keep the value
-  MF_ASSIGN_OR_RETURN(std::vector<int64_t> coord, step.to.mesh().Coordinate(rank));
+  MF_ASSIGN_OR_RETURN(std::vector<int64_t> coord, step.to.mesh().Coordinate(env.rank));
   for (int m : step.mesh_dims) {
-    if (coord[m] != 0) {
-      if (local.NumBytes() > 0) std::memset(local.raw(), 0, static_cast<size_t>(local.NumBytes()));
-      return Status();
-    }
+    if (coord[m] != 0) return FillZero(env, local);
   }
   return Status();
 }
 
-// Fills `t` with the identity of `op`: sum 0 (-0.0 for floats, so x + identity == x bit for bit,
-// -0.0 included), max the lowest value (-inf for floats), min the highest (+inf). avg has none.
-Status FillReduceIdentity(Tensor& t, ReduceOp op) {
+// The identity of `op` as one element of `dtype` (bytes): sum 0 (-0.0 for floats, so x + identity
+// == x bit for bit, -0.0 included), max the lowest value (-inf for floats), min the highest (+inf).
+// avg has none.
+StatusOr<std::vector<std::byte>> ReduceIdentity(DType dtype, ReduceOp op) {
   if (op == ReduceOp::kAvg) return InternalError("Partial(avg) has no identity element");
-  VisitDType(t.dtype(), [&](auto zero) {
+  std::vector<std::byte> bytes(static_cast<size_t>(DTypeSize(dtype)));
+  VisitDType(dtype, [&](auto zero) {
     using T = decltype(zero);
     T v{};
     if constexpr (std::is_same_v<T, BFloat16>) {
@@ -382,32 +424,34 @@ Status FillReduceIdentity(Tensor& t, ReduceOp op) {
           : op == ReduceOp::kMax ? std::numeric_limits<T>::lowest()
                                  : std::numeric_limits<T>::max();
     }
-    std::span<T> data = t.data<T>();
-    std::fill(data.begin(), data.end(), v);
+    std::memcpy(bytes.data(), &v, sizeof(T));
   });
-  return Status();
+  return bytes;
 }
 
 // local_shard_to_partial (no communication): the new box (the all_gather target box) holds the
 // own shard in place and the identity of the Partial op elsewhere; the group's shards tile it
 // (planner/transforms.h), so the reduction over the group is the gathered value exactly.
-Status RunLocalShardToPartial(const PlanStep& step, BufferPool& pool, Tensor& local, int rank) {
+Status RunLocalShardToPartial(const PlanStep& step, const Env& env, Tensor& local) {
   const std::optional<ReduceOp> op = step.to.partial_op();
   if (!op) return InternalError("local_shard_to_partial step to a layout without Partial: " + step.to.ToString());
-  MF_ASSIGN_OR_RETURN(Box from_box, step.from.LocalBox(rank));
-  MF_ASSIGN_OR_RETURN(Box to_box, step.to.LocalBox(rank));
+  MF_ASSIGN_OR_RETURN(Box from_box, step.from.LocalBox(env.rank));
+  MF_ASSIGN_OR_RETURN(Box to_box, step.to.LocalBox(env.rank));
   if (!from_box.empty() && !(Intersect(from_box, to_box) == from_box)) {
     return InternalError("local_shard_to_partial: source box " + from_box.ToString() + " is not inside target box " +
                          to_box.ToString());
   }
-  Tensor out = TakeUninitialized(pool, local.dtype(), to_box.shape);
-  MF_RETURN_IF_ERROR(FillReduceIdentity(out, *op));
+  MF_ASSIGN_OR_RETURN(Tensor out, TakeUninitialized(env, local.dtype(), to_box.shape));
+  MF_ASSIGN_OR_RETURN(std::vector<std::byte> identity, ReduceIdentity(local.dtype(), *op));
+  MF_RETURN_IF_ERROR(
+      env.rt->Fill(out.raw(), out.NumElements(), identity.data(), DTypeSize(local.dtype()), *env.stream));
   if (!from_box.empty()) {
     const std::vector<int64_t> zero(from_box.shape.size(), 0);
-    CopyRegion(local.raw(), local.shape(), zero, out.raw(), out.shape(), Sub(from_box.offset, to_box.offset),
-               from_box.shape, DTypeSize(local.dtype()));
+    MF_RETURN_IF_ERROR(env.rt->CopyRegion(local.raw(), local.shape(), zero, out.raw(), out.shape(),
+                                          Sub(from_box.offset, to_box.offset), from_box.shape,
+                                          DTypeSize(local.dtype()), *env.stream));
   }
-  Replace(pool, local, std::move(out));
+  Replace(env, local, std::move(out));
   return Status();
 }
 
@@ -437,26 +481,25 @@ StatusOr<SendRecvSchedule> BuildSendRecvSchedule(const PlanStep& step, int rank)
   return s;
 }
 
-Status RunSendRecv(const PlanStep& step, RankContext& ctx, Tensor& local) {
+Status RunSendRecv(const PlanStep& step, const Env& env, Tensor& local) {
   const int ndim = step.from.mesh().ndim();
   std::vector<int> all_dims(static_cast<size_t>(ndim));
   for (int d = 0; d < ndim; ++d) all_dims[d] = d;
-  MF_ASSIGN_OR_RETURN(Communicator* comm, ctx.Group(all_dims));
-  SendRecvCache& cache = ctx.send_recv_cache();
-  const SendRecvSchedule* s = cache.Find(step.from, step.to);
+  MF_ASSIGN_OR_RETURN(Communicator * comm, env.comms->Group(all_dims));
+  const SendRecvSchedule* s = env.cache->Find(step.from, step.to);
   if (s == nullptr) {
-    if (!(step.from.mesh() == ctx.mesh())) {
+    if (!(step.from.mesh() == env.comms->mesh())) {
       return InvalidArgumentError("send_recv step on " + step.from.mesh().ToString() +
-                                  " but the communicators are for " + ctx.mesh().ToString());
+                                  " but the communicators are for " + env.comms->mesh().ToString());
     }
-    MF_ASSIGN_OR_RETURN(SendRecvSchedule built, BuildSendRecvSchedule(step, ctx.world_rank()));
-    s = &cache.Insert(step.from, step.to, std::move(built));
+    MF_ASSIGN_OR_RETURN(SendRecvSchedule built, BuildSendRecvSchedule(step, env.rank));
+    s = &env.cache->Insert(step.from, step.to, std::move(built));
   }
   // Contiguous pieces go straight from `local` / into `out`; the others through packed temporaries.
-  BufferPool& pool = ctx.buffers();
   const int64_t es = DTypeSize(local.dtype());
-  Tensor out = s->covered == s->to_box.NumElements() ? TakeUninitialized(pool, local.dtype(), s->to_box.shape)
-                                                     : TakeZeros(pool, local.dtype(), s->to_box.shape);
+  MF_ASSIGN_OR_RETURN(Tensor out, s->covered == s->to_box.NumElements()
+                                      ? TakeUninitialized(env, local.dtype(), s->to_box.shape)
+                                      : TakeZeros(env, local.dtype(), s->to_box.shape));
   std::vector<Tensor> temps;  // send slices and receive buffers of non-contiguous pieces (all written)
   temps.reserve(s->pieces.sends.size() + s->pieces.recvs.size());
   std::vector<std::pair<size_t, size_t>> unpack;  // (temps index, receive piece) received into a temporary
@@ -471,8 +514,10 @@ Status RunSendRecv(const PlanStep& step, RankContext& ctx, Tensor& local) {
     if (s->send_offsets[i] >= 0) {
       buf = local.raw() + s->send_offsets[i] * es;
     } else {
-      temps.push_back(TakeUninitialized(pool, local.dtype(), send_pieces.shape(i)));
-      PackPiece(local, s->from_box, send_pieces.offset(i), send_pieces.shape(i), temps.back().raw());
+      MF_ASSIGN_OR_RETURN(Tensor t, TakeUninitialized(env, local.dtype(), send_pieces.shape(i)));
+      temps.push_back(std::move(t));
+      MF_RETURN_IF_ERROR(
+          PackPiece(env, local, s->from_box, send_pieces.offset(i), send_pieces.shape(i), temps.back().raw()));
       buf = temps.back().raw();
     }
     sends.push_back(SendSpec{send_pieces.peers[i], buf, send_pieces.NumElements(i)});
@@ -482,45 +527,56 @@ Status RunSendRecv(const PlanStep& step, RankContext& ctx, Tensor& local) {
     if (s->recv_offsets[i] >= 0) {
       buf = out.raw() + s->recv_offsets[i] * es;
     } else {
-      temps.push_back(TakeUninitialized(pool, local.dtype(), recv_pieces.shape(i)));
+      MF_ASSIGN_OR_RETURN(Tensor t, TakeUninitialized(env, local.dtype(), recv_pieces.shape(i)));
+      temps.push_back(std::move(t));
       unpack.emplace_back(temps.size() - 1, i);
       buf = temps.back().raw();
     }
     recvs.push_back(RecvSpec{recv_pieces.peers[i], buf, recv_pieces.NumElements(i)});
   }
-  MF_RETURN_IF_ERROR(comm->SendRecv(sends, recvs, local.dtype()));
+  MF_RETURN_IF_ERROR(comm->SendRecv(sends, recvs, local.dtype(), *env.stream));
   const Box& kept = s->kept;
   if (!kept.empty()) {
-    CopyRegion(local.raw(), local.shape(), Sub(kept.offset, s->from_box.offset), out.raw(), out.shape(),
-               Sub(kept.offset, s->to_box.offset), kept.shape, es);
+    MF_RETURN_IF_ERROR(env.rt->CopyRegion(local.raw(), local.shape(), Sub(kept.offset, s->from_box.offset), out.raw(),
+                                          out.shape(), Sub(kept.offset, s->to_box.offset), kept.shape, es,
+                                          *env.stream));
   }
   for (const auto& [t, i] : unpack) {
-    UnpackPiece(temps[t].raw(), recv_pieces.offset(i), recv_pieces.shape(i), out, s->to_box);
+    MF_RETURN_IF_ERROR(
+        UnpackPiece(env, temps[t].raw(), recv_pieces.offset(i), recv_pieces.shape(i), out, s->to_box));
   }
-  for (Tensor& t : temps) pool.Give(t.ReleaseBuffer());
-  Replace(pool, local, std::move(out));
+  for (Tensor& t : temps) env.pool->Give(t.ReleaseBuffer());
+  Replace(env, local, std::move(out));
   return Status();
 }
 
-}  // namespace
-
-Status ExecuteStep(const PlanStep& step, RankContext& ctx, Tensor& local) {
-  const int rank = ctx.world_rank();
-  MF_RETURN_IF_ERROR(CheckLocal(step.from, rank, local, "ExecuteStep"));
+Status RunStep(const PlanStep& step, const Env& env, Tensor& local) {
   switch (step.kind) {
-    case StepKind::kAllGather: return RunAllGather(step, ctx, local, rank);
-    case StepKind::kAllReduce: return RunAllReduce(step, ctx, local);
-    case StepKind::kReduceScatter: return RunReduceScatter(step, ctx, local, rank);
-    case StepKind::kAllToAll: return RunAllToAll(step, ctx, local, rank);
-    case StepKind::kLocalSlice: return RunLocalSlice(step, ctx.buffers(), local, rank);
-    case StepKind::kLocalPartial: return RunLocalPartial(step, local, rank);
-    case StepKind::kSendRecv: return RunSendRecv(step, ctx, local);
-    case StepKind::kLocalShardToPartial: return RunLocalShardToPartial(step, ctx.buffers(), local, rank);
+    case StepKind::kAllGather: return RunAllGather(step, env, local);
+    case StepKind::kAllReduce: return RunAllReduce(step, env, local);
+    case StepKind::kReduceScatter: return RunReduceScatter(step, env, local);
+    case StepKind::kAllToAll: return RunAllToAll(step, env, local);
+    case StepKind::kLocalSlice: return RunLocalSlice(step, env, local);
+    case StepKind::kLocalPartial: return RunLocalPartial(step, env, local);
+    case StepKind::kSendRecv: return RunSendRecv(step, env, local);
+    case StepKind::kLocalShardToPartial: return RunLocalShardToPartial(step, env, local);
   }
   return InternalError("unknown step kind");
 }
 
-Status ExecutePlan(const Plan& plan, RankContext& ctx, Tensor& local) {
+// The steps, in order, as work of the communication stream (the caller is inside that work).
+Status RunSteps(const Plan& plan, const Env& env, Tensor& local) {
+  for (size_t i = 0; i < plan.steps.size(); ++i) {
+    const PlanStep& step = plan.steps[i];
+    Status s = RunStep(step, env, local);
+    if (!s.ok()) {
+      return s.WithContext("step " + std::to_string(i) + " (" + std::string(StepKindName(step.kind)) + ")");
+    }
+  }
+  return Status();
+}
+
+Status CheckPlanArgs(const Plan& plan, RankContext& ctx, const Tensor& local) {
   if (!(plan.from.mesh() == ctx.mesh())) {
     return InvalidArgumentError("plan is for " + plan.from.mesh().ToString() + " but the communicators are for " +
                                 ctx.mesh().ToString());
@@ -529,15 +585,96 @@ Status ExecutePlan(const Plan& plan, RankContext& ctx, Tensor& local) {
     return InvalidArgumentError("plan is for dtype " + std::string(DTypeName(plan.dtype)) +
                                 " but the local tensor is " + std::string(DTypeName(local.dtype())));
   }
-  MF_RETURN_IF_ERROR(CheckLocal(plan.from, ctx.world_rank(), local, "ExecutePlan"));
-  for (size_t i = 0; i < plan.steps.size(); ++i) {
-    const PlanStep& step = plan.steps[i];
-    Status s = ExecuteStep(step, ctx, local);
-    if (!s.ok()) {
-      return s.WithContext("step " + std::to_string(i) + " (" + std::string(StepKindName(step.kind)) + ")");
-    }
+  if (local.device() != ctx.device()) {
+    return InvalidArgumentError("the local tensor is on " + local.device().ToString() + " but the rank runs on " +
+                                ctx.device().ToString());
   }
-  return Status();
+  return CheckLocal(plan.from, ctx.world_rank(), local, "ExecutePlan");
+}
+
+// `local`'s bytes are used on the communication stream (device tensors from compute).
+void UseOnComm(RankContext& ctx, Tensor& local) {
+  if (!local.is_host()) local.mutable_buffer().RecordStream(ctx.comm_stream_ptr());
+}
+
+// A result of communication, handed to compute once the compute stream waits for it.
+void HandToCompute(RankContext& ctx, Tensor& local) {
+  if (!local.is_host()) local.mutable_buffer().Rehome(ctx.compute_stream_ptr());
+}
+
+}  // namespace
+
+Status ExecuteStep(const PlanStep& step, RankContext& ctx, Tensor& local) {
+  MF_RETURN_IF_ERROR(CheckLocal(step.from, ctx.world_rank(), local, "ExecuteStep"));
+  const Env env = MakeEnv(ctx);
+  UseOnComm(ctx, local);
+  Status s = ctx.RunCollective([&]() { return RunStep(step, env, local); }, "plan step");
+  HandToCompute(ctx, local);
+  return s;
+}
+
+Status ExecutePlan(const Plan& plan, RankContext& ctx, Tensor& local) {
+  MF_RETURN_IF_ERROR(CheckPlanArgs(plan, ctx, local));
+  if (plan.steps.empty()) return Status();
+  const Env env = MakeEnv(ctx);
+  UseOnComm(ctx, local);
+  Status s = ctx.RunCollective([&]() { return RunSteps(plan, env, local); }, "plan");
+  HandToCompute(ctx, local);
+  return s;
+}
+
+struct PendingTensor::State {
+  Tensor local;
+  Status status;
+  // Set by the work once its host part ran: at once on a device stream (the work only enqueues),
+  // later on a host worker stream.
+  std::atomic<bool> ran{false};
+  std::shared_ptr<Event> done;
+  std::shared_ptr<Stream> compute;
+  bool taken = false;
+};
+
+bool PendingTensor::Ready() const { return state_ != nullptr && (state_->done == nullptr || state_->done->Query()); }
+
+StatusOr<Tensor> PendingTensor::Wait() {
+  if (state_ == nullptr) return FailedPreconditionError("PendingTensor::Wait on an empty handle");
+  State& st = *state_;
+  if (st.taken) return FailedPreconditionError("PendingTensor::Wait called twice");
+  st.taken = true;
+  if (st.done != nullptr) {
+    // A host stream's work still to run holds `local`: wait for it on the host. A device stream's
+    // work has run (it enqueued the device work): the compute stream waits for the device work.
+    if (!st.ran.load(std::memory_order_acquire)) MF_RETURN_IF_ERROR(st.done->Synchronize());
+    MF_RETURN_IF_ERROR(st.compute->WaitEvent(st.done));
+  }
+  MF_RETURN_IF_ERROR(st.status);
+  if (!st.local.is_host()) st.local.mutable_buffer().Rehome(st.compute);
+  return std::move(st.local);
+}
+
+StatusOr<PendingTensor> ExecutePlanAsync(std::shared_ptr<const Plan> plan, RankContext& ctx, Tensor local) {
+  if (plan == nullptr) return InvalidArgumentError("ExecutePlanAsync: null plan");
+  MF_RETURN_IF_ERROR(CheckPlanArgs(*plan, ctx, local));
+  auto st = std::make_shared<PendingTensor::State>();
+  st->local = std::move(local);
+  st->compute = ctx.compute_stream_ptr();
+  PendingTensor pending;
+  pending.state_ = st;
+  if (plan->steps.empty()) return pending;
+  UseOnComm(ctx, st->local);
+  const Env env = MakeEnv(ctx);
+  Stream& comm = ctx.comm_stream();
+  MF_RETURN_IF_ERROR(StreamWaitStream(comm, ctx.compute_stream()));
+  // The work owns what it touches: the plan and the state (tensor, status).
+  MF_RETURN_IF_ERROR(comm.Enqueue(
+      [st, plan, env]() {
+        st->status = RunSteps(*plan, env, st->local);
+        st->ran.store(true, std::memory_order_release);
+        return Status();  // the error goes to Wait, not to the stream
+      },
+      "plan (async)"));
+  MF_ASSIGN_OR_RETURN(st->done, comm.RecordEvent());
+  return pending;
 }
 
 }  // namespace meshflow

@@ -1,19 +1,42 @@
 #include "meshflow/runtime/redistribute.h"
 
-#include <cstring>
-
-#include "meshflow/runtime/executor.h"
+#include <utility>
 
 namespace meshflow {
 
 StatusOr<DTensor> Redistribute(const DTensor& x, const Layout& target, RankContext& ctx,
                                const RedistributeOptions& options) {
   MF_ASSIGN_OR_RETURN(std::shared_ptr<const Plan> plan, PlanFor(x.layout(), target, x.dtype(), options));
-  // The working copy comes from the rank's step-buffer pool (the plan's first step gives it back).
-  Tensor local = Tensor::Uninitialized(x.dtype(), x.local().shape(), ctx.buffers().Take(x.local().NumBytes()));
-  if (local.NumBytes() > 0) std::memcpy(local.raw(), x.local().raw(), static_cast<size_t>(local.NumBytes()));
+  if (plan->steps.empty()) return DTensor::FromLocal(x.local(), target, x.rank());
+  // The working copy comes from the rank's step-buffer pool (the plan's first step gives it back),
+  // taken and filled as communication work, where the pool is used.
+  Tensor local;
+  const Tensor& src = x.local();
+  MF_RETURN_IF_ERROR(ctx.RunCollective(
+      [&]() -> Status {
+        MF_ASSIGN_OR_RETURN(TensorBuffer b, ctx.buffers().Take(src.NumBytes()));
+        local = Tensor::Uninitialized(src.dtype(), src.shape(), std::move(b));
+        return ctx.runtime().Copy(local.raw(), src.raw(), src.NumBytes(), ctx.comm_stream());
+      },
+      "redistribute copy"));
   MF_RETURN_IF_ERROR(ExecutePlan(*plan, ctx, local));
   return DTensor::FromLocal(std::move(local), target, x.rank());
+}
+
+StatusOr<DTensor> PendingDTensor::Wait() {
+  MF_ASSIGN_OR_RETURN(Tensor local, pending_.Wait());
+  if (!target_.has_value()) return FailedPreconditionError("PendingDTensor::Wait on an empty handle");
+  return DTensor::FromLocal(std::move(local), *target_, rank_);
+}
+
+StatusOr<PendingDTensor> RedistributeAsync(DTensor x, const Layout& target, RankContext& ctx,
+                                           const RedistributeOptions& options) {
+  MF_ASSIGN_OR_RETURN(std::shared_ptr<const Plan> plan, PlanFor(x.layout(), target, x.dtype(), options));
+  PendingDTensor out;
+  out.target_ = target;
+  out.rank_ = x.rank();
+  MF_ASSIGN_OR_RETURN(out.pending_, ExecutePlanAsync(std::move(plan), ctx, std::move(x.mutable_local())));
+  return out;
 }
 
 StatusOr<Tensor> FullTensor(const DTensor& x, RankContext& ctx) {

@@ -1,7 +1,7 @@
-// DTensor operations that communicate: Redistribute and FullTensor.
+// DTensor operations that communicate: Redistribute, RedistributeAsync and FullTensor.
 //
-// They live in collectives/ (not dtensor/) because they need the planner and a Communicator;
-// the dependency direction mesh <- dtensor <- planner <- collectives stays one way.
+// They live in runtime/ (not dtensor/) because they need the planner and the rank's context; the
+// dependency direction mesh <- dtensor <- planner <- collectives <- runtime stays one way.
 //
 //   MF_ASSIGN_OR_RETURN(RankContext ctx, RankContext::Create(world_comm, mesh));
 //   MF_ASSIGN_OR_RETURN(DTensor y, Redistribute(x, target_layout, ctx));   // optimal plan
@@ -9,14 +9,25 @@
 //
 // Plans come from PlanFor (planner/planner.h): with the optimal planner, a process-wide PlanCache
 // keyed on (layouts, shape, dtype, topology), so the steady-state cost of Redistribute is one
-// cache lookup plus the collectives.
+// cache lookup plus the collectives. Redistribute is synchronous in the sense of ExecutePlan
+// (runtime/executor.h): the host returns once the data moved; a GPU rank returns once it is
+// enqueued, ordered before the compute issued next. RedistributeAsync returns at once; the plan
+// runs on the communication stream while the caller computes (FSDP prefetch, bucketed gradient
+// reduction), and PendingDTensor::Wait joins it:
+//
+//   MF_ASSIGN_OR_RETURN(PendingDTensor next, RedistributeAsync(w_shard, w_full_layout, ctx));
+//   ...                                                    // compute; the all-gather runs meanwhile
+//   MF_ASSIGN_OR_RETURN(DTensor w_full, next.Wait());
 #ifndef MESHFLOW_RUNTIME_REDISTRIBUTE_H_
 #define MESHFLOW_RUNTIME_REDISTRIBUTE_H_
 
+#include <optional>
+
 #include "meshflow/base/status.h"
-#include "meshflow/runtime/rank_context.h"
 #include "meshflow/dtensor/dtensor.h"
 #include "meshflow/planner/planner.h"
+#include "meshflow/runtime/executor.h"
+#include "meshflow/runtime/rank_context.h"
 
 namespace meshflow {
 
@@ -24,6 +35,31 @@ namespace meshflow {
 // on another mesh or shape; planner errors (e.g. Partial -> other Partial); communicator errors.
 StatusOr<DTensor> Redistribute(const DTensor& x, const Layout& target, RankContext& ctx,
                                const RedistributeOptions& options = {});
+
+// The result of RedistributeAsync.
+class PendingDTensor {
+ public:
+  PendingDTensor() = default;
+  bool valid() const { return pending_.valid(); }
+  bool Ready() const { return pending_.Ready(); }
+  const Layout& target() const { return *target_; }
+  // PendingTensor::Wait, wrapped in the target layout.
+  StatusOr<DTensor> Wait();
+
+ private:
+  friend StatusOr<PendingDTensor> RedistributeAsync(DTensor x, const Layout& target, RankContext& ctx,
+                                                    const RedistributeOptions& options);
+  PendingTensor pending_;
+  std::optional<Layout> target_;
+  int rank_ = 0;
+};
+
+// Collective, asynchronous: like Redistribute, but the plan runs on the communication stream and
+// the call returns at once. `x` is moved into the execution (pass a copy to keep yours). Every rank
+// must issue its asynchronous and synchronous collectives in the same order. Errors: Redistribute's
+// argument and planner errors at once; communicator errors from Wait.
+StatusOr<PendingDTensor> RedistributeAsync(DTensor x, const Layout& target, RankContext& ctx,
+                                           const RedistributeOptions& options = {});
 
 // Collective: the whole global tensor on every rank (Partial values reduced).
 StatusOr<Tensor> FullTensor(const DTensor& x, RankContext& ctx);

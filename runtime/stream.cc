@@ -19,9 +19,9 @@ double MicrosBetween(Clock::time_point a, Clock::time_point b) {
 // An event of a host stream: completed once, by the stream's worker (or at once).
 class HostEvent final : public Event {
  public:
-  HostEvent() = default;
-  HostEvent(bool done, Status status) : done_(done), status_(std::move(status)) {}
-  Device device() const override { return Device::Host(); }
+  explicit HostEvent(Device device) : device_(device) {}
+  HostEvent(Device device, bool done, Status status) : device_(device), done_(done), status_(std::move(status)) {}
+  Device device() const override { return device_; }
   bool Query() const override { return done_.load(std::memory_order_acquire); }
   Status Synchronize() const override {
     std::unique_lock<std::mutex> lock(mu_);
@@ -38,6 +38,7 @@ class HostEvent final : public Event {
   }
 
  private:
+  const Device device_;
   mutable std::mutex mu_;
   mutable std::condition_variable cv_;
   std::atomic<bool> done_{false};
@@ -81,7 +82,7 @@ class StreamBook {
 // One worker thread running a FIFO of items: work, event completions and event waits.
 class HostStream final : public Stream {
  public:
-  explicit HostStream(std::string name) : name_(std::move(name)) {
+  HostStream(std::string name, Device device) : name_(std::move(name)), device_(device) {
     worker_ = std::thread([this] { Loop(); });
   }
   ~HostStream() override {
@@ -94,7 +95,7 @@ class HostStream final : public Stream {
     worker_.join();
   }
 
-  Device device() const override { return Device::Host(); }
+  Device device() const override { return device_; }
   const std::string& name() const override { return name_; }
 
   Status Enqueue(std::function<Status()> work, const char* label) override {
@@ -107,8 +108,8 @@ class HostStream final : public Stream {
 
   StatusOr<std::shared_ptr<Event>> RecordEvent() override {
     std::unique_lock<std::mutex> lock(mu_);
-    if (pending_ == 0) return std::shared_ptr<Event>(std::make_shared<HostEvent>(true, error_));
-    auto event = std::make_shared<HostEvent>();
+    if (pending_ == 0) return std::shared_ptr<Event>(std::make_shared<HostEvent>(device_, true, error_));
+    auto event = std::make_shared<HostEvent>(device_);
     Item item;
     item.complete = event;
     q_.push_back(std::move(item));
@@ -123,6 +124,33 @@ class HostStream final : public Stream {
     Item item;
     item.wait = std::move(event);
     return Push(std::move(item));
+  }
+
+  Status RunNow(std::function<Status()> work, const char* label) override {
+    if (!work) return InvalidArgumentError("stream '" + name_ + "': RunNow of an empty work function");
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      if (!error_.ok()) return error_;
+      if (pending_ != 0) {
+        lock.unlock();
+        MF_RETURN_IF_ERROR(Enqueue(std::move(work), label));
+        return Synchronize();
+      }
+      pending_ = 1;
+      inline_ = true;  // the worker starts nothing until this work is done
+    }
+    const Clock::time_point start = Clock::now();
+    Status s = work();
+    book_.Work(label, start, Clock::now());
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      inline_ = false;
+      if (!s.ok() && error_.ok()) error_ = s.WithContext("stream '" + name_ + "'");
+      s = error_;
+      if (--pending_ == 0) idle_cv_.notify_all();
+    }
+    work_cv_.notify_one();
+    return s;
   }
 
   bool Query() override {
@@ -181,7 +209,7 @@ class HostStream final : public Stream {
   void Loop() {
     std::unique_lock<std::mutex> lock(mu_);
     for (;;) {
-      work_cv_.wait(lock, [&] { return stop_ || !q_.empty(); });
+      work_cv_.wait(lock, [&] { return (stop_ && q_.empty()) || (!q_.empty() && !inline_); });
       if (q_.empty()) return;  // stop_ and drained
       Item item = std::move(q_.front());
       q_.pop_front();
@@ -200,10 +228,12 @@ class HostStream final : public Stream {
   }
 
   const std::string name_;
+  const Device device_;
   mutable std::mutex mu_;
   std::condition_variable work_cv_, idle_cv_;
   std::deque<Item> q_;
   int64_t pending_ = 0;  // enqueued items not yet finished (the running one included)
+  bool inline_ = false;  // RunNow runs work on its caller's thread
   bool stop_ = false;
   Status error_;
   StreamBook book_;
@@ -264,7 +294,9 @@ class InlineHostStream final : public Stream {
 
 }  // namespace
 
-std::unique_ptr<Stream> NewHostStream(std::string name) { return std::make_unique<HostStream>(std::move(name)); }
+std::unique_ptr<Stream> NewHostStream(std::string name, Device device) {
+  return std::make_unique<HostStream>(std::move(name), device);
+}
 
 std::unique_ptr<Stream> NewInlineHostStream(std::string name) {
   return std::make_unique<InlineHostStream>(std::move(name));
@@ -285,8 +317,13 @@ std::shared_ptr<Event> CompletedEvent(Device device, Status status) {
   return std::make_shared<Done>(device, std::move(status));
 }
 
+Status Stream::RunNow(std::function<Status()> work, const char* label) {
+  MF_RETURN_IF_ERROR(Enqueue(std::move(work), label));
+  return Synchronize();
+}
+
 Status StreamWaitStream(Stream& waiter, Stream& producer) {
-  if (&waiter == &producer) return Status::Ok();
+  if (&waiter == &producer || producer.is_inline()) return Status::Ok();  // inline: nothing pending
   MF_ASSIGN_OR_RETURN(std::shared_ptr<Event> e, producer.RecordEvent());
   return waiter.WaitEvent(std::move(e));
 }

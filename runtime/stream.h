@@ -90,6 +90,13 @@ class Stream {
   // Synchronize) on asynchronous streams and here on inline ones.
   virtual Status Enqueue(std::function<Status()> work, const char* label = nullptr) = 0;
 
+  // Runs `work` in this stream's order and returns once `work` itself has run (so it may capture by
+  // reference): an idle asynchronous host stream runs it on the calling thread (no hand-off to the
+  // worker; work enqueued meanwhile waits behind it); a busy one queues it and waits for the stream;
+  // a device stream calls it at once (the device work it enqueues completes later, in stream
+  // order). Returns the stream's error after `work` (its own included).
+  virtual Status RunNow(std::function<Status()> work, const char* label = nullptr);
+
   // An event that completes after the work enqueued so far.
   virtual StatusOr<std::shared_ptr<Event>> RecordEvent() = 0;
 
@@ -116,8 +123,9 @@ class Stream {
 };
 
 // An asynchronous host stream with one worker thread. The destructor waits for the enqueued work
-// to finish, then joins the worker.
-std::unique_ptr<Stream> NewHostStream(std::string name);
+// to finish, then joins the worker. `device` is what device() reports: the host, or (tests,
+// runtime/fake_device.h) a device whose memory is host memory.
+std::unique_ptr<Stream> NewHostStream(std::string name, Device device = Device::Host());
 
 // A host stream that runs work on the caller's thread as it is enqueued.
 std::unique_ptr<Stream> NewInlineHostStream(std::string name);

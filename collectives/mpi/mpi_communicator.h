@@ -162,6 +162,14 @@ class MpiCommunicator final : public Communicator {
   int world_rank() const override { return world_ranks_[static_cast<size_t>(rank_)]; }
   const std::vector<int>& world_ranks() const override { return world_ranks_; }
   std::string backend() const override { return "mpi"; }
+  // The stream-ordered overloads of the base class (hidden by the overrides below otherwise).
+  using Communicator::AllGatherV;
+  using Communicator::AllReduce;
+  using Communicator::AllToAllStrided;
+  using Communicator::AllToAllV;
+  using Communicator::Broadcast;
+  using Communicator::ReduceScatterV;
+  using Communicator::SendRecv;
 
   Status AllGatherV(const void* send, int64_t send_count, void* recv, std::span<const int64_t> recv_counts,
                     DType dtype, CallerSite where = CallerSite::Here(__builtin_FILE(), __builtin_LINE())) override;

@@ -921,7 +921,7 @@ Status NcclWorld::Run(std::function<Status(NcclCommunicator& world_comm)> fn) {
   for (int i = 0; i < n; ++i) {
     threads.emplace_back([&, i] {
       NcclCommunicator& comm = *comms_[static_cast<size_t>(i)];
-      Status s = CheckCuda(cudaSetDevice(comm.device()), "cudaSetDevice", "NcclWorld::Run");
+      Status s = CheckCuda(cudaSetDevice(comm.cuda_ordinal()), "cudaSetDevice", "NcclWorld::Run");
       if (s.ok()) s = fn(comm);
       if (!s.ok()) {
         int expected = -1;
@@ -950,6 +950,50 @@ void NcclWorld::ResetCounters() {
     state_->sent[static_cast<size_t>(i)].store(0);
     state_->received[static_cast<size_t>(i)].store(0);
   }
+}
+
+// ---- Stream-ordered forms: the device API on the stream's cudaStream_t ----
+
+namespace {
+cudaStream_t CudaStreamOf(Stream& stream) { return static_cast<cudaStream_t>(stream.native_handle()); }
+}  // namespace
+
+Status NcclCommunicator::AllGatherVOnStream(const void* send, int64_t send_count, void* recv,
+                                            std::span<const int64_t> recv_counts, DType dtype, Stream& stream,
+                                            CallerSite) {
+  MF_RETURN_IF_ERROR(CheckStream(stream, "all_gather"));
+  return DeviceAllGatherV(send, send_count, recv, recv_counts, dtype, CudaStreamOf(stream));
+}
+
+Status NcclCommunicator::ReduceScatterVOnStream(const void* send, std::span<const int64_t> counts, void* recv,
+                                                DType dtype, ReduceOp op, Stream& stream, CallerSite) {
+  MF_RETURN_IF_ERROR(CheckStream(stream, "reduce_scatter"));
+  return DeviceReduceScatterV(send, counts, recv, dtype, op, CudaStreamOf(stream));
+}
+
+Status NcclCommunicator::AllReduceOnStream(const void* send, void* recv, int64_t count, DType dtype, ReduceOp op,
+                                           Stream& stream, CallerSite) {
+  MF_RETURN_IF_ERROR(CheckStream(stream, "all_reduce"));
+  return DeviceAllReduce(send, recv, count, dtype, op, CudaStreamOf(stream));
+}
+
+Status NcclCommunicator::AllToAllVOnStream(const void* send, std::span<const int64_t> send_counts, void* recv,
+                                           std::span<const int64_t> recv_counts, DType dtype, Stream& stream,
+                                           CallerSite) {
+  MF_RETURN_IF_ERROR(CheckStream(stream, "all_to_all"));
+  return DeviceAllToAllV(send, send_counts, recv, recv_counts, dtype, CudaStreamOf(stream));
+}
+
+Status NcclCommunicator::BroadcastOnStream(void* buffer, int64_t count, DType dtype, int root, Stream& stream,
+                                           CallerSite) {
+  MF_RETURN_IF_ERROR(CheckStream(stream, "broadcast"));
+  return DeviceBroadcast(buffer, count, dtype, root, CudaStreamOf(stream));
+}
+
+Status NcclCommunicator::SendRecvOnStream(std::span<const SendSpec> sends, std::span<const RecvSpec> recvs,
+                                          DType dtype, Stream& stream) {
+  MF_RETURN_IF_ERROR(CheckStream(stream, "send_recv"));
+  return DeviceSendRecv(sends, recvs, dtype, CudaStreamOf(stream));
 }
 
 }  // namespace meshflow

@@ -142,6 +142,14 @@ class NcclCommunicator final : public Communicator {
   int world_rank() const override { return world_ranks_[static_cast<size_t>(rank_)]; }
   const std::vector<int>& world_ranks() const override { return world_ranks_; }
   std::string backend() const override { return "nccl"; }
+  // The stream-ordered overloads of the base class (hidden by the overrides below otherwise).
+  using Communicator::AllGatherV;
+  using Communicator::AllReduce;
+  using Communicator::AllToAllStrided;
+  using Communicator::AllToAllV;
+  using Communicator::Broadcast;
+  using Communicator::ReduceScatterV;
+  using Communicator::SendRecv;
 
   // ---- Communicator interface: host buffers, blocking (staged through the device; see above) ----
   // `where` (the call site) is not checked across ranks by this backend (no header exchange).
@@ -196,7 +204,9 @@ class NcclCommunicator final : public Communicator {
   // `what` names the operation in messages.
   Status Synchronize(cudaStream_t stream, const char* what = "synchronize");
 
-  int device() const { return device_; }
+  // The CUDA ordinal of this rank's GPU (device() is Device::Cuda of it).
+  int cuda_ordinal() const { return device_; }
+  Device device() const override { return Device::Cuda(device_); }
   // The comm stream used by the host API (valid while the communicator lives).
   cudaStream_t stream() const { return stream_; }
   // The NCCL communicator (null once aborted). Do not destroy it.
@@ -204,6 +214,23 @@ class NcclCommunicator final : public Communicator {
   const NcclOptions& options() const { return options_; }
   // OK, or the error that broke this communicator.
   const Status& broken() const { return broken_; }
+
+ protected:
+  // The stream-ordered forms: device pointers, enqueued on the CUDA stream (`stream` must be a CUDA
+  // stream of this communicator's device: runtime/cuda/), no host synchronization, no staging.
+  Status AllGatherVOnStream(const void* send, int64_t send_count, void* recv, std::span<const int64_t> recv_counts,
+                            DType dtype, Stream& stream, CallerSite where) override;
+  Status ReduceScatterVOnStream(const void* send, std::span<const int64_t> counts, void* recv, DType dtype, ReduceOp op,
+                                Stream& stream, CallerSite where) override;
+  Status AllReduceOnStream(const void* send, void* recv, int64_t count, DType dtype, ReduceOp op, Stream& stream,
+                           CallerSite where) override;
+  Status AllToAllVOnStream(const void* send, std::span<const int64_t> send_counts, void* recv,
+                           std::span<const int64_t> recv_counts, DType dtype, Stream& stream,
+                           CallerSite where) override;
+  Status BroadcastOnStream(void* buffer, int64_t count, DType dtype, int root, Stream& stream,
+                           CallerSite where) override;
+  Status SendRecvOnStream(std::span<const SendSpec> sends, std::span<const RecvSpec> recvs, DType dtype,
+                          Stream& stream) override;
 
  private:
   friend class NcclWorld;

@@ -9,7 +9,7 @@
 #include "meshflow/dtensor/box.h"
 #include "meshflow/dtensor/dtensor.h"
 #include "meshflow/dtensor/dtype.h"
-#include "meshflow/dtensor/host_cache.h"
+#include "meshflow/dtensor/tensor_buffer.h"
 #include "meshflow/dtensor/layout.h"
 #include "meshflow/dtensor/placement.h"
 #include "meshflow/dtensor/tensor.h"
@@ -69,18 +69,20 @@ TEST(TensorDocTest, IotaAtSlice) {
   EXPECT_EQ(block, Tensor::FromVector<float>({2, 2}, {1, 2, 4, 5}).value());
 }
 
-// dtensor/host_cache.h
-TEST(HostCacheDocTest, StatsReleaseLimit) {
-  const int64_t limit = GetHostCacheStats().limit_bytes;
-  HostCacheStats s = GetHostCacheStats();   // s.hits, s.misses, s.cached_bytes, s.limit_bytes
-  ReleaseHostCache();                       // give every cached block back
-  SetHostCacheLimit(0);                     // no caching from now on
+// dtensor/tensor_buffer.h
+Status TensorBufferExample() {
+  TensorBuffer b(1024);                          // 1 KiB of uninitialized host memory
+  b.data()[0] = std::byte{7};
+  MF_RETURN_IF_ERROR(b.Resize(512));             // within the capacity: same memory, bytes kept
+  MF_ASSIGN_OR_RETURN(TensorBuffer d, TensorBuffer::Allocate(Device::Host(), 64));
 
-  EXPECT_GE(s.hits + s.misses, 0);
-  EXPECT_EQ(GetHostCacheStats().cached_bytes, 0);
-  EXPECT_EQ(GetHostCacheStats().limit_bytes, 0);
-  SetHostCacheLimit(limit);
+  EXPECT_EQ(b.size(), 512);
+  EXPECT_EQ(b.data()[0], std::byte{7});
+  EXPECT_EQ(d.size(), 64);
+  return Status::Ok();
 }
+
+TEST(TensorBufferDocTest, Example) { EXPECT_EQ(TensorBufferExample(), Status::Ok()); }
 
 // dtensor/dtensor.h (on a 2x2 mesh, as rank 3 = mesh coordinate (1, 1)).
 Status DistributeExample(const DeviceMesh& mesh, const Tensor& global, int my_rank, Tensor* rows) {
