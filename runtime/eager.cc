@@ -6,6 +6,7 @@
 #include <tuple>
 
 #include "meshflow/base/strings.h"
+#include "meshflow/ops/device_op_kernels.h"
 #include "meshflow/runtime/executor.h"
 #include "meshflow/dtensor/layout.h"
 #include "meshflow/ops/kernels.h"
@@ -37,6 +38,7 @@ StatusOr<DTensor> RunChosen(const OpSpec& op, const StrategyChoice& choice, std:
     }
   }
   const int rank = inputs[0]->rank();
+  MF_ASSIGN_OR_RETURN(DeviceOpKernels * kernels, DeviceOpKernelsFor(ctx.device()));
   KernelContext kctx;
   kctx.mean_count = choice.mean_count;
   if (op.get<EmbeddingParams>() != nullptr) {
@@ -78,10 +80,6 @@ StatusOr<DTensor> RunChosen(const OpSpec& op, const StrategyChoice& choice, std:
     }
     if (!dims.empty()) {
       MF_ASSIGN_OR_RETURN(Box box, logits.LocalBox(rank));
-      VocabShard vocab;
-      vocab.class_offset = box.offset[class_dim];
-      vocab.num_classes = logits.global_shape()[class_dim];
-      vocab.owner = box.offset[class_dim] == 0;
       // The group first, on every rank of the world (a first use splits the world communicator),
       // in the communication stream's order like every collective of the rank.
       Communicator* group = nullptr;
@@ -91,24 +89,22 @@ StatusOr<DTensor> RunChosen(const OpSpec& op, const StrategyChoice& choice, std:
             return Status::Ok();
           },
           "group"));
+      DeviceVocabShard vocab;
+      vocab.class_offset = box.offset[class_dim];
+      vocab.num_classes = logits.global_shape()[class_dim];
+      vocab.owner = box.offset[class_dim] == 0;
       RankContext* c = &ctx;
-      vocab.all_reduce = [c, group](std::vector<double>& rows, ReduceOp rop) {
-        // Host row statistics, reduced in the communication stream's order.
+      vocab.all_reduce = [c, group](void* rows, int64_t count, DType dtype, ReduceOp rop) {
+        // Row statistics in the kernel's device memory, reduced in the communication stream's order.
         return c->RunCollective(
-            [&]() -> Status {
-              return group->AllReduce(rows.data(), rows.data(), static_cast<int64_t>(rows.size()), DType::kF64, rop,
-                                      c->comm_stream());
-            },
+            [&]() -> Status { return group->AllReduce(rows, rows, count, dtype, rop, c->comm_stream()); },
             "vocab all_reduce");
       };
-      MF_ASSIGN_OR_RETURN(Tensor out, ce != nullptr ? CrossEntropyKernel(*locals[0], *locals[1], ce->reduction,
-                                                                         kctx.mean_count, vocab)
-                                                    : CrossEntropyGradKernel(*locals[0], *locals[1], *locals[2],
-                                                                             ce_grad->reduction, kctx.mean_count, vocab));
+      MF_ASSIGN_OR_RETURN(Tensor out, kernels->RunVocabParallel(op, locals, kctx, vocab, ctx.compute_stream_ptr()));
       return DTensor::FromLocal(std::move(out), choice.result, rank);
     }
   }
-  MF_ASSIGN_OR_RETURN(Tensor out, RunKernel(op, locals, kctx));
+  MF_ASSIGN_OR_RETURN(Tensor out, kernels->Run(op, locals, kctx, ctx.compute_stream_ptr()));
   return DTensor::FromLocal(std::move(out), choice.result, rank);
 }
 
