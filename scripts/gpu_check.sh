@@ -18,8 +18,9 @@ cd "$(dirname "$0")/.."
 
 JOBS="$(nproc 2>/dev/null || echo 8)"
 BAZEL_FLAGS=(-c opt "--jobs=${JOBS}" --color=no --curses=no --show_progress_rate_limit=10)
-TARGETS_TEST=(//collectives/nccl:device_kernels_test //collectives/nccl:nccl_communicator_test
-              //collectives/nccl:nccl_executor_test //ops/cuda:cublas_matmul_test)
+TARGETS_TEST=(//runtime/cuda:device_kernels_test //runtime/cuda:cuda_device_test
+              //collectives/nccl:nccl_communicator_test //collectives/nccl:nccl_executor_test
+              //ops/cuda:cublas_matmul_test)
 TARGETS_BIN=(//bench:comm_nccl //ops/cuda:cublas_matmul_bench)
 status=0
 failures=()
@@ -60,7 +61,7 @@ if ! timeout 300 bazel build "${BAZEL_FLAGS[@]}" "${TARGETS_TEST[@]}" "${TARGETS
 fi
 echo "build took $((SECONDS - start)) s"
 
-section "3. Tests (NCCL backend, device kernels, executor on NCCL, cuBLAS matmul)"
+section "3. Tests (device kernels, CUDA runtime, NCCL backend, executor on NCCL, cuBLAS matmul)"
 start=$SECONDS
 timeout 300 bazel test "${BAZEL_FLAGS[@]}" --test_output=all --test_summary=detailed "${TARGETS_TEST[@]}" ||
   fail "bazel test"

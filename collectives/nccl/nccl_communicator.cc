@@ -10,8 +10,8 @@
 
 #include "meshflow/collectives/call_check.h"
 #include "meshflow/cuda/cuda_status.h"
-#include "meshflow/collectives/nccl/device_kernels.h"
 #include "meshflow/dtensor/box.h"
+#include "meshflow/runtime/cuda/device_kernels.h"
 
 namespace meshflow {
 
@@ -955,45 +955,57 @@ void NcclWorld::ResetCounters() {
 // ---- Stream-ordered forms: the device API on the stream's cudaStream_t ----
 
 namespace {
-cudaStream_t CudaStreamOf(Stream& stream) { return static_cast<cudaStream_t>(stream.native_handle()); }
+// The stream's cudaStream_t after CheckStream; InvalidArgument for a stream of the GPU without one
+// (a host stream: the NCCL work would go to the legacy default stream, outside the stream's order).
+StatusOr<cudaStream_t> CudaStreamOf(const Stream& stream, const char* what) {
+  if (stream.native_handle() != nullptr) return static_cast<cudaStream_t>(stream.native_handle());
+  return InvalidArgumentError(std::string("nccl ") + what + ": stream '" + stream.name() + "' of " +
+                              stream.device().ToString() + " is not a CUDA stream (runtime/cuda/cuda_device.h)");
+}
 }  // namespace
 
 Status NcclCommunicator::AllGatherVOnStream(const void* send, int64_t send_count, void* recv,
                                             std::span<const int64_t> recv_counts, DType dtype, Stream& stream,
                                             CallerSite) {
   MF_RETURN_IF_ERROR(CheckStream(stream, "all_gather"));
-  return DeviceAllGatherV(send, send_count, recv, recv_counts, dtype, CudaStreamOf(stream));
+  MF_ASSIGN_OR_RETURN(cudaStream_t s, CudaStreamOf(stream, "all_gather"));
+  return DeviceAllGatherV(send, send_count, recv, recv_counts, dtype, s);
 }
 
 Status NcclCommunicator::ReduceScatterVOnStream(const void* send, std::span<const int64_t> counts, void* recv,
                                                 DType dtype, ReduceOp op, Stream& stream, CallerSite) {
   MF_RETURN_IF_ERROR(CheckStream(stream, "reduce_scatter"));
-  return DeviceReduceScatterV(send, counts, recv, dtype, op, CudaStreamOf(stream));
+  MF_ASSIGN_OR_RETURN(cudaStream_t s, CudaStreamOf(stream, "reduce_scatter"));
+  return DeviceReduceScatterV(send, counts, recv, dtype, op, s);
 }
 
 Status NcclCommunicator::AllReduceOnStream(const void* send, void* recv, int64_t count, DType dtype, ReduceOp op,
                                            Stream& stream, CallerSite) {
   MF_RETURN_IF_ERROR(CheckStream(stream, "all_reduce"));
-  return DeviceAllReduce(send, recv, count, dtype, op, CudaStreamOf(stream));
+  MF_ASSIGN_OR_RETURN(cudaStream_t s, CudaStreamOf(stream, "all_reduce"));
+  return DeviceAllReduce(send, recv, count, dtype, op, s);
 }
 
 Status NcclCommunicator::AllToAllVOnStream(const void* send, std::span<const int64_t> send_counts, void* recv,
                                            std::span<const int64_t> recv_counts, DType dtype, Stream& stream,
                                            CallerSite) {
   MF_RETURN_IF_ERROR(CheckStream(stream, "all_to_all"));
-  return DeviceAllToAllV(send, send_counts, recv, recv_counts, dtype, CudaStreamOf(stream));
+  MF_ASSIGN_OR_RETURN(cudaStream_t s, CudaStreamOf(stream, "all_to_all"));
+  return DeviceAllToAllV(send, send_counts, recv, recv_counts, dtype, s);
 }
 
 Status NcclCommunicator::BroadcastOnStream(void* buffer, int64_t count, DType dtype, int root, Stream& stream,
                                            CallerSite) {
   MF_RETURN_IF_ERROR(CheckStream(stream, "broadcast"));
-  return DeviceBroadcast(buffer, count, dtype, root, CudaStreamOf(stream));
+  MF_ASSIGN_OR_RETURN(cudaStream_t s, CudaStreamOf(stream, "broadcast"));
+  return DeviceBroadcast(buffer, count, dtype, root, s);
 }
 
 Status NcclCommunicator::SendRecvOnStream(std::span<const SendSpec> sends, std::span<const RecvSpec> recvs,
                                           DType dtype, Stream& stream) {
   MF_RETURN_IF_ERROR(CheckStream(stream, "send_recv"));
-  return DeviceSendRecv(sends, recvs, dtype, CudaStreamOf(stream));
+  MF_ASSIGN_OR_RETURN(cudaStream_t s, CudaStreamOf(stream, "send_recv"));
+  return DeviceSendRecv(sends, recvs, dtype, s);
 }
 
 }  // namespace meshflow

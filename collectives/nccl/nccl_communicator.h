@@ -9,7 +9,8 @@
 //   - NcclCommunicator::CreateFromUniqueId for any other launcher.
 // Split() is ncclCommSplit, after an all-gather of every member's (color, key) so that the new
 // communicator knows its members' world ranks. Several ranks on one GPU are not supported: NCCL
-// rejects duplicate devices in a communicator (NcclWorld::Create returns InvalidArgument for them).
+// rejects duplicate devices in a communicator (NcclWorld::Create returns InvalidArgument for them);
+// such ranks use a StagedCommunicator (collectives/staged/staged_communicator.h) instead.
 //
 //   MF_ASSIGN_OR_RETURN(std::unique_ptr<NcclWorld> world, NcclWorld::Create({0, 1}));
 //   MF_RETURN_IF_ERROR(world->Run([&](NcclCommunicator& comm) -> Status {
@@ -42,7 +43,7 @@
 //   Broadcast       ncclBroadcast. Barrier: ncclAllReduce of one int32 (host API only).
 //   ReduceScatterV  exact (NcclReduction::kExact, default): the all-to-all of blocks (block q of every
 //                   rank to rank q, grouped ncclSend/ncclRecv) into a device buffer, then one kernel
-//                   (device_kernels.h) folds the n blocks in group-rank order with ReduceBuffers'
+//                   (runtime/cuda/device_kernels.h) folds the n blocks in group-rank order with ReduceBuffers'
 //                   semantics: bit-identical to the threads and MPI backends (bf16 in float rounded
 //                   once, kAvg truncating integers). Native (NcclReduction::kNative): equal counts
 //                   ncclReduceScatter, uneven one ncclReduce per block in a group; NCCL's

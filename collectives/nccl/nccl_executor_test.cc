@@ -1,6 +1,9 @@
-// The plan executor (runtime/executor.h), unchanged, on the NCCL backend's host-buffer API:
-// a set of redistributions (all-gather, all-reduce, reduce-scatter, all-to-all, local steps, direct
-// send/recv plans; uneven and empty shards) compared bit for bit with the single-rank reference
+// The plan executor (runtime/executor.h) on the NCCL backend: device tensors (copied to the rank's
+// GPU on its compute stream), plan steps on the CUDA communication stream through the stream-ordered
+// collectives (the device-pointer API) and the CUDA runtime's byte operations
+// (runtime/cuda/cuda_device.h), results copied back to the host. A set of redistributions
+// (all-gather, all-reduce, reduce-scatter, all-to-all, local steps, direct send/recv plans; uneven
+// and empty shards) compared bit for bit with the single-rank reference
 // (ReferenceLocal of the global tensor), and the counted bytes compared with the plan's model. Uses
 // every visible GPU (one rank each); meshes are the 1-D world and, for an even world, a 2-D split.
 // Skips without a CUDA device.
@@ -12,12 +15,12 @@
 
 #include <gtest/gtest.h>
 
-#include "meshflow/runtime/redistribute.h"
+#include "meshflow/collectives/nccl/nccl_communicator.h"
+#include "meshflow/cuda/cuda_test_util.h"
+#include "meshflow/dtensor/dtensor.h"
 #include "meshflow/runtime/executor.h"
 #include "meshflow/runtime/rank_context.h"
-#include "meshflow/cuda/cuda_test_util.h"
-#include "meshflow/collectives/nccl/nccl_communicator.h"
-#include "meshflow/dtensor/dtensor.h"
+#include "meshflow/runtime/redistribute.h"
 
 namespace meshflow {
 namespace {
@@ -65,8 +68,10 @@ TEST(NcclExecutorTest, RedistributionsMatchReference) {
               MF_ASSIGN_OR_RETURN(RankContext ctx, RankContext::Create(comm, *mesh));
               const int rank = comm.world_rank();
               MF_ASSIGN_OR_RETURN(DTensor x, Distribute(global, *from, rank));
-              Tensor local = x.local();
-              MF_RETURN_IF_ERROR(ExecutePlan(**plan, ctx, local));
+              MF_ASSIGN_OR_RETURN(Tensor dev, x.local().CopyTo(ctx.device(), ctx.compute_stream_ptr()));
+              MF_RETURN_IF_ERROR(ExecutePlan(**plan, ctx, dev));
+              if (dev.device() != ctx.device()) return InternalError("result left " + ctx.device().ToString());
+              MF_ASSIGN_OR_RETURN(Tensor local, dev.ToHost());
               const bool partial_target =
                   std::any_of(to->placements().begin(), to->placements().end(), [](const Placement& p) { return IsPartial(p); });
               std::lock_guard<std::mutex> lock(mu);

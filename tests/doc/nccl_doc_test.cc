@@ -1,6 +1,6 @@
-// Every example in collectives/nccl/nccl_communicator.h, collectives/nccl/nccl_mpi.h,
-// collectives/nccl/device_kernels.h and collectives/nccl/device_kernels_launch.h is compiled here;
-// keep them identical.
+// Every example in collectives/nccl/nccl_communicator.h and collectives/nccl/nccl_mpi.h is compiled
+// here; keep them identical. (The examples of the CUDA kernels, runtime/cuda/device_kernels.h, are
+// in cuda_doc_test.cc.)
 //
 // They all need GPUs (and nccl_mpi.h's mpirun), so each is compiled and linked in a function that
 // no test calls; the CUDA tests of //collectives/nccl run the same calls on devices.
@@ -14,8 +14,6 @@
 #include "meshflow/base/status.h"
 #include "meshflow/collectives/communicator.h"
 #include "meshflow/collectives/mpi/mpi_communicator.h"
-#include "meshflow/collectives/nccl/device_kernels.h"
-#include "meshflow/collectives/nccl/device_kernels_launch.h"
 #include "meshflow/collectives/nccl/nccl_communicator.h"
 #include "meshflow/collectives/nccl/nccl_mpi.h"
 #include "meshflow/cuda/cuda_status.h"
@@ -69,29 +67,6 @@ Status NcclGroupExample(NcclCommunicator& tp, NcclCommunicator& dp, const void* 
   return Status::Ok();
 }
 
-// collectives/nccl/device_kernels.h (d_tensor: a device 4x8 f32 tensor; d_block: a device buffer
-// of 2x4 floats; stream).
-Status CopyRegionOnDeviceExample(const void* d_tensor, void* d_block, cudaStream_t stream) {
-  // Pack block [1:3, 2:6] of a device 4x8 f32 tensor into a dense 2x4 device buffer:
-  const int64_t shape[] = {4, 8}, off[] = {1, 2}, ext[] = {2, 4}, zero[] = {0, 0};
-  MF_RETURN_IF_ERROR(CopyRegionOnDevice(d_tensor, shape, off, d_block, ext, zero, ext, 4, stream));
-  return Status::Ok();
-}
-
-// collectives/nccl/device_kernels_launch.h (stream; the fields of `a` are filled in before the launch).
-cudaError_t LaunchBoxCopyExample(const void* src, void* dst, cudaStream_t stream) {
-  using device_kernels_internal::BoxCopyArgs;
-  using device_kernels_internal::LaunchBoxCopy;
-  BoxCopyArgs a;  // shapes, offsets and extent of a row-major region copy (rank <= kMaxBoxRank)
-  a.src = src;
-  a.dst = dst;
-  a.rank = 1;
-  a.elem_size = 4;
-  a.src_shape[0] = a.dst_shape[0] = a.extent[0] = 8;
-  cudaError_t e = LaunchBoxCopy(a, stream);
-  return e;
-}
-
 }  // namespace doc_examples
 
 namespace {
@@ -102,8 +77,6 @@ TEST(NcclDocTest, ExamplesCompileAndLink) {
       reinterpret_cast<const void*>(&NcclMpiHeaderExampleMain),
       reinterpret_cast<const void*>(&doc_examples::NcclWorldExample),
       reinterpret_cast<const void*>(&doc_examples::NcclGroupExample),
-      reinterpret_cast<const void*>(&doc_examples::CopyRegionOnDeviceExample),
-      reinterpret_cast<const void*>(&doc_examples::LaunchBoxCopyExample),
   };
   for (const void* f : examples) EXPECT_NE(f, nullptr);
 }

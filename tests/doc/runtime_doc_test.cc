@@ -1,6 +1,7 @@
 // Every example in runtime/device.h, runtime/stream.h, runtime/allocator.h,
-// runtime/device_runtime.h, runtime/region_copy.h, runtime/rank_context.h and the asynchronous
-// example of runtime/redistribute.h is compiled (and run) here; keep them identical.
+// runtime/device_runtime.h, runtime/region_copy.h, runtime/rank_context.h, the asynchronous
+// example of runtime/redistribute.h and collectives/staged/staged_communicator.h (on the fake GPU
+// of runtime/fake_device.h) is compiled (and run) here; keep them identical.
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -9,14 +10,19 @@
 #include <gtest/gtest.h>
 
 #include "meshflow/base/status.h"
+#include "meshflow/collectives/staged/staged_communicator.h"
 #include "meshflow/collectives/threads/threads_world.h"
 #include "meshflow/dtensor/dtensor.h"
 #include "meshflow/dtensor/layout.h"
 #include "meshflow/dtensor/tensor.h"
 #include "meshflow/mesh/device_mesh.h"
+#include "meshflow/planner/plan.h"
+#include "meshflow/planner/planner.h"
 #include "meshflow/runtime/allocator.h"
 #include "meshflow/runtime/device.h"
 #include "meshflow/runtime/device_runtime.h"
+#include "meshflow/runtime/executor.h"
+#include "meshflow/runtime/fake_device.h"
 #include "meshflow/runtime/rank_context.h"
 #include "meshflow/runtime/redistribute.h"
 #include "meshflow/runtime/region_copy.h"
@@ -136,6 +142,42 @@ TEST(RankContextDocTest, Example) {
     return RankContextExample(comm, *mesh, x, *to);
   }),
             Status::Ok());
+}
+
+// collectives/staged/staged_communicator.h, with 4 thread ranks on the fake cuda:0
+// (global: [4, 2] f32; from: S(0), to: R on a [4] mesh).
+Status StagedCommunicatorExample(const std::unique_ptr<ThreadWorld>& world, const DeviceMesh& mesh,
+                                 const Tensor& global, const Layout& from, const Layout& to,
+                                 std::vector<Tensor>& results) {
+  // The ranks of a ThreadWorld all on one GPU (NCCL would refuse them); global: a host tensor,
+  // from / to: layouts on `mesh`; results: one host Tensor per rank.
+  MF_RETURN_IF_ERROR(world->Run([&](Communicator& comm) -> Status {
+    MF_ASSIGN_OR_RETURN(std::shared_ptr<StagedCommunicator> staged,
+                        StagedCommunicator::Create(comm, Device::Cuda(0)));
+    MF_ASSIGN_OR_RETURN(RankContext ctx, RankContext::Create(staged, mesh));
+    MF_ASSIGN_OR_RETURN(DTensor x, Distribute(global, from, comm.world_rank()));
+    MF_ASSIGN_OR_RETURN(Tensor dev, x.local().CopyTo(ctx.device(), ctx.compute_stream_ptr()));
+    MF_ASSIGN_OR_RETURN(std::shared_ptr<const Plan> plan, PlanFor(from, to, DType::kF32));
+    MF_RETURN_IF_ERROR(ExecutePlan(*plan, ctx, dev));     // dev: this rank's part of `to`, on cuda:0
+    MF_ASSIGN_OR_RETURN(results[comm.world_rank()], dev.ToHost());
+    return Status::Ok();
+  }));
+  return Status::Ok();
+}
+
+TEST(StagedCommunicatorDocTest, Example) {
+  ASSERT_TRUE(InstallFakeCudaDevices());
+  StatusOr<DeviceMesh> mesh = DeviceMesh::Create({4});
+  ASSERT_TRUE(mesh.ok()) << mesh.status();
+  StatusOr<Layout> from = Layout::Create({4, 2}, *mesh, {Shard{0}});
+  StatusOr<Layout> to = Layout::Create({4, 2}, *mesh, {Replicate{}});
+  ASSERT_TRUE(from.ok() && to.ok());
+  StatusOr<std::unique_ptr<ThreadWorld>> world = ThreadWorld::Create(4);
+  ASSERT_TRUE(world.ok()) << world.status();
+  const Tensor global = Tensor::Iota(DType::kF32, {4, 2});
+  std::vector<Tensor> results(4);
+  EXPECT_EQ(StagedCommunicatorExample(*world, *mesh, global, *from, *to, results), Status::Ok());
+  for (const Tensor& t : results) EXPECT_EQ(t, global);
 }
 
 }  // namespace

@@ -1,8 +1,9 @@
-// CUDA kernels of the NCCL backend: box-region copy (pack/unpack of non-contiguous shards) and the
+// meshflow's CUDA byte kernels: box-region copy (pack/unpack of non-contiguous shards), fill, and the
 // rank-order reduction that keeps device reductions bit-identical to collectives/reduce.cc.
 #include <cstdint>
+#include <cstring>
 
-#include "meshflow/collectives/nccl/device_kernels_launch.h"
+#include "meshflow/runtime/cuda/device_kernels_launch.h"
 
 namespace meshflow {
 namespace device_kernels_internal {
@@ -59,6 +60,32 @@ __global__ void BoxCopyBytesKernel(BoxCopyArgs a, int64_t total) {
 struct alignas(16) Bytes16 {
   unsigned long long lo, hi;
 };
+
+// ---- fill ----
+template <typename T>
+__global__ void FillKernel(T* dst, int64_t count, T value) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    dst[i] = value;
+  }
+}
+
+// Any element size (or a dst not aligned to it): one byte per thread step.
+__global__ void FillBytesKernel(FillArgs a, int64_t bytes) {
+  unsigned char* dst = static_cast<unsigned char*>(a.dst);
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < bytes;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    dst[i] = a.value[i % a.elem_size];
+  }
+}
+
+template <typename T>
+cudaError_t Fill(const FillArgs& a, cudaStream_t stream) {
+  T value;
+  std::memcpy(&value, a.value, sizeof(T));
+  FillKernel<T><<<Blocks(a.count), kThreads, 0, stream>>>(static_cast<T*>(a.dst), a.count, value);
+  return cudaGetLastError();
+}
 
 // ---- reduction (mirrors collectives/reduce.cc) ----
 struct BF16 {
@@ -171,6 +198,27 @@ cudaError_t LaunchBoxCopy(const BoxCopyArgs& args, cudaStream_t stream) {
     case 16: BoxCopyKernel<Bytes16><<<blocks, kThreads, 0, stream>>>(args, total); break;
     default: BoxCopyBytesKernel<<<blocks, kThreads, 0, stream>>>(args, total); break;
   }
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchFill(const FillArgs& args, cudaStream_t stream) {
+  if (args.count <= 0) return cudaSuccess;
+  if (args.elem_size < 1 || args.elem_size > kMaxFillBytes) return cudaErrorInvalidValue;
+  const int64_t bytes = args.count * args.elem_size;
+  bool uniform = true;
+  for (int64_t b = 1; b < args.elem_size; ++b) uniform = uniform && args.value[b] == args.value[0];
+  if (uniform) return cudaMemsetAsync(args.dst, args.value[0], static_cast<size_t>(bytes), stream);
+  const bool aligned = reinterpret_cast<uintptr_t>(args.dst) % static_cast<uintptr_t>(args.elem_size) == 0;
+  if (aligned) {
+    switch (args.elem_size) {
+      case 2: return Fill<uint16_t>(args, stream);
+      case 4: return Fill<uint32_t>(args, stream);
+      case 8: return Fill<unsigned long long>(args, stream);
+      case 16: return Fill<Bytes16>(args, stream);
+      default: break;
+    }
+  }
+  FillBytesKernel<<<Blocks(bytes), kThreads, 0, stream>>>(args, bytes);
   return cudaGetLastError();
 }
 

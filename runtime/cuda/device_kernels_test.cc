@@ -1,7 +1,7 @@
-// Device pack/unpack and rank-order reduction kernels vs their CPU references (CopyRegion in
-// dtensor/tensor.h, ReduceBuffers in collectives/reduce.h). Argument checks run everywhere; kernel
-// tests skip without a CUDA device.
-#include "meshflow/collectives/nccl/device_kernels.h"
+// Device pack/unpack, fill and rank-order reduction kernels vs their CPU references (CopyRegion in
+// runtime/region_copy.h, a host fill, ReduceBuffers in collectives/reduce.h). Argument checks run
+// everywhere; kernel tests skip without a CUDA device.
+#include "meshflow/runtime/cuda/device_kernels.h"
 
 #include <cuda_runtime_api.h>
 
@@ -13,9 +13,10 @@
 
 #include <gtest/gtest.h>
 
-#include "meshflow/cuda/cuda_test_util.h"
 #include "meshflow/collectives/reduce.h"
-#include "meshflow/dtensor/tensor.h"
+#include "meshflow/cuda/cuda_test_util.h"
+#include "meshflow/dtensor/dtype.h"
+#include "meshflow/runtime/region_copy.h"
 
 namespace meshflow {
 namespace {
@@ -52,6 +53,16 @@ TEST(CopyRegionOnDeviceTest, ArgumentErrorsNeedNoDevice) {
   Status s = CopyRegionOnDevice(dummy, big, big, dummy, big, big, big, 4, nullptr);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("rank 9"), std::string::npos) << s;
+  const float one = 1.0f;
+  EXPECT_EQ(FillOnDevice(dummy, -1, &one, 4, nullptr).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(FillOnDevice(dummy, 4, &one, 0, nullptr).code(), StatusCode::kInvalidArgument);
+  s = FillOnDevice(dummy, 4, &one, kMaxDeviceFillElemSize + 1, nullptr);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("elem_size 65"), std::string::npos) << s;
+  EXPECT_EQ(FillOnDevice(nullptr, 4, &one, 4, nullptr).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(FillOnDevice(dummy, 4, nullptr, 4, nullptr).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(FillOnDevice(dummy, int64_t{1} << 62, &one, 4, nullptr).code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(FillOnDevice(nullptr, 0, nullptr, 4, nullptr).ok());  // nothing to do
   EXPECT_EQ(ReduceOnDevice(dummy, 0, 4, 4, dummy, DType::kF32, ReduceOp::kSum, nullptr).code(),
             StatusCode::kInvalidArgument);
   EXPECT_EQ(ReduceOnDevice(dummy, 2, 2, 4, dummy, DType::kF32, ReduceOp::kSum, nullptr).code(),
@@ -86,6 +97,31 @@ TEST(CopyRegionOnDeviceTest, RandomBoxesMatchCpuCopyRegion) {
     ASSERT_TRUE(CopyRegionOnDevice(dsrc.p, src_shape, src_off, ddst.p, dst_shape, dst_off, ext, elem, nullptr).ok());
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     EXPECT_EQ(ddst.Download(), want) << "trial " << trial << " rank " << rank << " elem " << elem;
+  }
+}
+
+TEST(FillOnDeviceTest, RandomFillsMatchAHostFill) {
+  MF_SKIP_WITHOUT_CUDA_DEVICE();
+  std::mt19937 rng(5);
+  auto uni = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  for (int trial = 0; trial < 200; ++trial) {
+    // Element sizes of every kernel path, offsets that break alignment, uniform and mixed values.
+    const int64_t elem = std::vector<int64_t>{1, 2, 4, 8, 16, 3, 12, 64}[static_cast<size_t>(uni(0, 7))];
+    const int64_t count = uni(0, 3000), offset = uni(0, 9);
+    std::vector<std::byte> value(static_cast<size_t>(elem));
+    const bool uniform = uni(0, 3) == 0;
+    const auto first = static_cast<std::byte>(uni(0, 255));
+    for (auto& b : value) b = uniform ? first : static_cast<std::byte>(uni(0, 255));
+    const int64_t total = offset + count * elem + 7;
+    std::vector<std::byte> before(static_cast<size_t>(total));
+    for (auto& b : before) b = static_cast<std::byte>(uni(0, 255));
+    std::vector<std::byte> want = before;
+    for (int64_t i = 0; i < count; ++i) std::memcpy(want.data() + offset + i * elem, value.data(), value.size());
+    DeviceBuffer d(before.size());
+    d.Upload(before.data());
+    ASSERT_TRUE(FillOnDevice(static_cast<std::byte*>(d.p) + offset, count, value.data(), elem, nullptr).ok());
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    EXPECT_EQ(d.Download(), want) << "trial " << trial << " elem " << elem << " count " << count << " offset " << offset;
   }
 }
 

@@ -1,20 +1,22 @@
-#include "meshflow/collectives/nccl/device_kernels.h"
+#include "meshflow/runtime/cuda/device_kernels.h"
 
+#include <cstring>
+#include <limits>
 #include <string>
 
-#include "meshflow/collectives/call_check.h"
+#include "meshflow/base/strings.h"
 #include "meshflow/cuda/cuda_status.h"
-#include "meshflow/collectives/nccl/device_kernels_launch.h"
+#include "meshflow/runtime/cuda/device_kernels_launch.h"
 
 namespace meshflow {
 
 static_assert(kMaxDeviceCopyRank == device_kernels_internal::kMaxBoxRank);
+static_assert(kMaxDeviceFillElemSize == device_kernels_internal::kMaxFillBytes);
 static_assert(static_cast<int>(DType::kF32) == 0 && static_cast<int>(DType::kF64) == 1 &&
               static_cast<int>(DType::kBF16) == 2 && static_cast<int>(DType::kI32) == 3 &&
               static_cast<int>(DType::kI64) == 4);
 static_assert(static_cast<int>(ReduceOp::kSum) == 0 && static_cast<int>(ReduceOp::kAvg) == 1 &&
               static_cast<int>(ReduceOp::kMax) == 2 && static_cast<int>(ReduceOp::kMin) == 3);
-
 
 Status CopyRegionOnDevice(const void* src, std::span<const int64_t> src_shape, std::span<const int64_t> src_offset,
                           void* dst, std::span<const int64_t> dst_shape, std::span<const int64_t> dst_offset,
@@ -68,6 +70,31 @@ Status CopyRegionOnDevice(const void* src, std::span<const int64_t> src_shape, s
   }
   return CheckCuda(device_kernels_internal::LaunchBoxCopy(a, stream), "BoxCopyKernel launch",
                    "CopyRegionOnDevice (extent " + ListString(extent) + ")");
+}
+
+Status FillOnDevice(void* dst, int64_t count, const void* value_bytes, int64_t elem_size, cudaStream_t stream) {
+  if (count < 0) return InvalidArgumentError("FillOnDevice: negative count " + std::to_string(count));
+  if (elem_size < 1 || elem_size > kMaxDeviceFillElemSize) {
+    return InvalidArgumentError("FillOnDevice: elem_size " + std::to_string(elem_size) + " outside [1, " +
+                                std::to_string(kMaxDeviceFillElemSize) + "]");
+  }
+  if (count == 0) return Status();
+  if (count > std::numeric_limits<int64_t>::max() / elem_size) {
+    return InvalidArgumentError("FillOnDevice: " + std::to_string(count) + " elements of " +
+                                std::to_string(elem_size) + " bytes overflow int64");
+  }
+  if (dst == nullptr || value_bytes == nullptr) {
+    return InvalidArgumentError(std::string("FillOnDevice: ") + (dst == nullptr ? "dst" : "value_bytes") +
+                                " is null for " + std::to_string(count) + " elements");
+  }
+  device_kernels_internal::FillArgs a;
+  a.dst = dst;
+  a.count = count;
+  a.elem_size = elem_size;
+  std::memcpy(a.value, value_bytes, static_cast<size_t>(elem_size));
+  return CheckCuda(device_kernels_internal::LaunchFill(a, stream), "FillKernel launch",
+                   "FillOnDevice (" + std::to_string(count) + " elements of " + std::to_string(elem_size) +
+                       " bytes)");
 }
 
 Status ReduceOnDevice(const void* in, int n, int64_t stride, int64_t count, void* out, DType dtype, ReduceOp op,
