@@ -10,10 +10,13 @@
 #include <type_traits>
 #include <vector>
 
+#include "meshflow/ops/elementwise.h"
 #include "meshflow/ops/shape_util.h"
 
 namespace meshflow {
 namespace {
+
+namespace ew = elementwise;
 
 Tensor ToF32(const Tensor& x) {
   Tensor out = Tensor::Zeros(DType::kF32, x.shape());
@@ -40,11 +43,10 @@ Status CheckFloat(std::string_view op, DType t) {
 // Two's-complement negation (no UB on the minimum value).
 template <typename T>
 Tensor NegInt(const Tensor& x) {
-  using U = std::make_unsigned_t<T>;
   Tensor y = Tensor::Zeros(DTypeOf<T>::value, x.shape());
   const auto px = x.data<T>();
   auto py = y.data<T>();
-  for (size_t i = 0; i < px.size(); ++i) py[i] = static_cast<T>(U(0) - static_cast<U>(px[i]));
+  for (size_t i = 0; i < px.size(); ++i) py[i] = ew::WrapNeg(px[i]);
   return y;
 }
 
@@ -125,28 +127,6 @@ Tensor MatmulT(const Tensor& a, const Tensor& b, const std::vector<int64_t>& bat
   return c;
 }
 
-template <typename T>
-T ApplyBinary(BinaryOp op, T x, T y) {
-  if constexpr (std::is_integral_v<T>) {  // wrapping arithmetic (no signed-overflow UB); no div
-    using U = std::make_unsigned_t<T>;
-    const U a = static_cast<U>(x), b = static_cast<U>(y);
-    switch (op) {
-      case BinaryOp::kAdd: return static_cast<T>(a + b);
-      case BinaryOp::kSub: return static_cast<T>(a - b);
-      case BinaryOp::kMul: return static_cast<T>(static_cast<U>(a * b));
-      case BinaryOp::kDiv: return x;
-    }
-    return x;
-  }
-  switch (op) {
-    case BinaryOp::kAdd: return x + y;
-    case BinaryOp::kSub: return x - y;
-    case BinaryOp::kMul: return x * y;
-    case BinaryOp::kDiv: return x / y;
-  }
-  return x;
-}
-
 // How an operand of shape `s` broadcasts against `out` in the two common non-trivial patterns:
 // kRow: `s` is out's trailing dims (bias [D] against [B, T, D]), the same `inner` elements for
 // each of `outer` rows; kCol: `s` is out's leading dims followed by ones (a keepdim statistic
@@ -190,7 +170,7 @@ BroadcastRun RunOf(std::span<const int64_t> s, std::span<const int64_t> out) {
 // shape and `bc` broadcasting as `r` says.
 template <BinaryOp kOp, typename T, bool kBroadcastFirst>
 void BinaryRuns(const T* full, const T* bc, T* out, const BroadcastRun& r) {
-  auto apply = [](T f, T b) { return kBroadcastFirst ? ApplyBinary(kOp, b, f) : ApplyBinary(kOp, f, b); };
+  auto apply = [](T f, T b) { return kBroadcastFirst ? ew::BinaryFixed<kOp>(b, f) : ew::BinaryFixed<kOp>(f, b); };
   for (int64_t o = 0; o < r.outer; ++o) {
     const T* rf = full + o * r.inner;
     T* rc = out + o * r.inner;
@@ -214,13 +194,13 @@ Tensor BinaryFixed(const Tensor& a, const Tensor& b, const std::vector<int64_t>&
   T* pc = c.data<T>().data();
   const int64_t n = c.NumElements();
   if (a.shape() == out_shape && b.shape() == out_shape) {
-    for (int64_t i = 0; i < n; ++i) pc[i] = ApplyBinary(kOp, pa[i], pb[i]);
+    for (int64_t i = 0; i < n; ++i) pc[i] = ew::BinaryFixed<kOp>(pa[i], pb[i]);
   } else if (a.shape() == out_shape && b.NumElements() == 1) {
     const T y = pb[0];
-    for (int64_t i = 0; i < n; ++i) pc[i] = ApplyBinary(kOp, pa[i], y);
+    for (int64_t i = 0; i < n; ++i) pc[i] = ew::BinaryFixed<kOp>(pa[i], y);
   } else if (b.shape() == out_shape && a.NumElements() == 1) {
     const T x = pa[0];
-    for (int64_t i = 0; i < n; ++i) pc[i] = ApplyBinary(kOp, x, pb[i]);
+    for (int64_t i = 0; i < n; ++i) pc[i] = ew::BinaryFixed<kOp>(x, pb[i]);
   } else if (const BroadcastRun rb = a.shape() == out_shape ? RunOf(b.shape(), out_shape) : BroadcastRun{};
              rb.kind != BroadcastRun::Kind::kNone) {
     BinaryRuns<kOp, T, /*kBroadcastFirst=*/false>(pa, pb, pc, rb);
@@ -229,7 +209,7 @@ Tensor BinaryFixed(const Tensor& a, const Tensor& b, const std::vector<int64_t>&
     BinaryRuns<kOp, T, /*kBroadcastFirst=*/true>(pb, pa, pc, ra);
   } else {
     ForEachBroadcast(out_shape, BroadcastStrides(a.shape(), out_shape), BroadcastStrides(b.shape(), out_shape),
-                     [&](int64_t i, int64_t oa, int64_t ob) { pc[i] = ApplyBinary(kOp, pa[oa], pb[ob]); });
+                     [&](int64_t i, int64_t oa, int64_t ob) { pc[i] = ew::BinaryFixed<kOp>(pa[oa], pb[ob]); });
   }
   return c;
 }
@@ -254,6 +234,12 @@ void MapInto(std::span<const T> x, std::span<T> y, F f) {
   for (size_t i = 0; i < n; ++i) py[i] = f(px[i]);
 }
 
+// y = op(x, alpha) with the op fixed at compile time (the element math: elementwise.h).
+template <UnaryOp kOp, typename T>
+void UnaryInto(std::span<const T> x, std::span<T> y, T a) {
+  MapInto(x, y, [a](T v) { return ew::UnaryFixed<kOp>(v, a); });
+}
+
 template <typename T>
 Tensor UnaryT(UnaryOp op, const Tensor& x, double alpha) {
   Tensor y = Tensor::Uninitialized(DTypeOf<T>::value, x.shape());
@@ -261,52 +247,25 @@ Tensor UnaryT(UnaryOp op, const Tensor& x, double alpha) {
   auto py = y.data<T>();
   const T a = static_cast<T>(alpha);
   switch (op) {
-    case UnaryOp::kNeg: MapInto(px, py, [](T v) { return -v; }); break;
-    case UnaryOp::kScale: MapInto(px, py, [a](T v) { return a * v; }); break;
-    case UnaryOp::kRelu: MapInto(px, py, [](T v) { return v > T(0) ? v : T(0); }); break;
-    case UnaryOp::kExp: MapInto(px, py, [](T v) { return std::exp(v); }); break;
-    case UnaryOp::kGelu:
-      MapInto(px, py, [](T v) {
-        const T c = static_cast<T>(0.7978845608028654);  // sqrt(2/pi)
-        return T(0.5) * v * (T(1) + std::tanh(c * (v + T(0.044715) * v * v * v)));
-      });
-      break;
-    case UnaryOp::kTanh: MapInto(px, py, [](T v) { return std::tanh(v); }); break;
-    case UnaryOp::kSigmoid: MapInto(px, py, [](T v) { return T(1) / (T(1) + std::exp(-v)); }); break;
-    case UnaryOp::kSilu: MapInto(px, py, [](T v) { return v / (T(1) + std::exp(-v)); }); break;
-    case UnaryOp::kSqrt: MapInto(px, py, [](T v) { return std::sqrt(v); }); break;
-    case UnaryOp::kRsqrt: MapInto(px, py, [](T v) { return T(1) / std::sqrt(v); }); break;
-    case UnaryOp::kPow: MapInto(px, py, [a](T v) { return std::pow(v, a); }); break;
-    case UnaryOp::kAddScalar: MapInto(px, py, [a](T v) { return v + a; }); break;
-    case UnaryOp::kLog: MapInto(px, py, [](T v) { return std::log(v); }); break;
-    case UnaryOp::kStep: MapInto(px, py, [](T v) { return v > T(0) ? T(1) : T(0); }); break;
-    case UnaryOp::kFill: MapInto(px, py, [a](T) { return a; }); break;
-    case UnaryOp::kGeluDeriv:
-      // d/dv 0.5 v (1 + tanh(u)), u = c (v + 0.044715 v^3).
-      MapInto(px, py, [](T v) {
-        const T c = static_cast<T>(0.7978845608028654);
-        const T t = std::tanh(c * (v + T(0.044715) * v * v * v));
-        return T(0.5) * (T(1) + t) + T(0.5) * v * (T(1) - t * t) * c * (T(1) + T(3 * 0.044715) * v * v);
-      });
-      break;
-    case UnaryOp::kSiluDeriv:
-      MapInto(px, py, [](T v) {
-        const T sg = T(1) / (T(1) + std::exp(-v));
-        return sg * (T(1) + v * (T(1) - sg));
-      });
-      break;
-    case UnaryOp::kTanhDeriv:
-      MapInto(px, py, [](T v) {
-        const T t = std::tanh(v);
-        return T(1) - t * t;
-      });
-      break;
-    case UnaryOp::kSigmoidDeriv:
-      MapInto(px, py, [](T v) {
-        const T sg = T(1) / (T(1) + std::exp(-v));
-        return sg * (T(1) - sg);
-      });
-      break;
+    case UnaryOp::kNeg: UnaryInto<UnaryOp::kNeg>(px, py, a); break;
+    case UnaryOp::kScale: UnaryInto<UnaryOp::kScale>(px, py, a); break;
+    case UnaryOp::kRelu: UnaryInto<UnaryOp::kRelu>(px, py, a); break;
+    case UnaryOp::kExp: UnaryInto<UnaryOp::kExp>(px, py, a); break;
+    case UnaryOp::kGelu: UnaryInto<UnaryOp::kGelu>(px, py, a); break;
+    case UnaryOp::kTanh: UnaryInto<UnaryOp::kTanh>(px, py, a); break;
+    case UnaryOp::kSigmoid: UnaryInto<UnaryOp::kSigmoid>(px, py, a); break;
+    case UnaryOp::kSilu: UnaryInto<UnaryOp::kSilu>(px, py, a); break;
+    case UnaryOp::kSqrt: UnaryInto<UnaryOp::kSqrt>(px, py, a); break;
+    case UnaryOp::kRsqrt: UnaryInto<UnaryOp::kRsqrt>(px, py, a); break;
+    case UnaryOp::kPow: UnaryInto<UnaryOp::kPow>(px, py, a); break;
+    case UnaryOp::kAddScalar: UnaryInto<UnaryOp::kAddScalar>(px, py, a); break;
+    case UnaryOp::kLog: UnaryInto<UnaryOp::kLog>(px, py, a); break;
+    case UnaryOp::kStep: UnaryInto<UnaryOp::kStep>(px, py, a); break;
+    case UnaryOp::kFill: UnaryInto<UnaryOp::kFill>(px, py, a); break;
+    case UnaryOp::kGeluDeriv: UnaryInto<UnaryOp::kGeluDeriv>(px, py, a); break;
+    case UnaryOp::kSiluDeriv: UnaryInto<UnaryOp::kSiluDeriv>(px, py, a); break;
+    case UnaryOp::kTanhDeriv: UnaryInto<UnaryOp::kTanhDeriv>(px, py, a); break;
+    case UnaryOp::kSigmoidDeriv: UnaryInto<UnaryOp::kSigmoidDeriv>(px, py, a); break;
   }
   return y;
 }
@@ -314,7 +273,7 @@ Tensor UnaryT(UnaryOp op, const Tensor& x, double alpha) {
 template <typename T>
 Tensor ReduceT(ReduceKind kind, const Tensor& x, const std::vector<int>& dims, bool keepdim, int64_t mean_count) {
   // Integers accumulate exactly in int64 (identities: the type's limits); floats in double.
-  using Acc = std::conditional_t<std::is_integral_v<T>, int64_t, double>;
+  using Acc = ew::ReduceAcc<T>;
   const int rank = x.rank();
   std::vector<bool> reduced(static_cast<size_t>(rank), false);
   for (int d : dims) reduced[d] = true;
@@ -333,15 +292,7 @@ Tensor ReduceT(ReduceKind kind, const Tensor& x, const std::vector<int>& dims, b
     }
   }
   const int64_t n_out = stride;
-  Acc lo, hi;
-  if constexpr (std::is_integral_v<T>) {
-    lo = static_cast<Acc>(std::numeric_limits<T>::lowest());
-    hi = static_cast<Acc>(std::numeric_limits<T>::max());
-  } else {
-    lo = -std::numeric_limits<double>::infinity();
-    hi = std::numeric_limits<double>::infinity();
-  }
-  const Acc init = kind == ReduceKind::kMax ? lo : kind == ReduceKind::kMin ? hi : Acc(0);
+  const Acc init = ew::ReduceInit<T>(kind);
   std::vector<Acc> acc(static_cast<size_t>(n_out), init);
   const T* px = x.data<T>().data();
   // Reduced dims that are a suffix (rows of `inner` consecutive elements, e.g. the last dim) or a
@@ -382,13 +333,11 @@ Tensor ReduceT(ReduceKind kind, const Tensor& x, const std::vector<int>& dims, b
     }
   };
   if (kind == ReduceKind::kMax) {
-    run([](Acc a, Acc v) { return std::max(a, v); });
+    run([](Acc a, Acc v) { return ew::MaxOf(a, v); });
   } else if (kind == ReduceKind::kMin) {
-    run([](Acc a, Acc v) { return std::min(a, v); });
-  } else if constexpr (std::is_integral_v<T>) {
-    run([](Acc a, Acc v) { return static_cast<Acc>(static_cast<uint64_t>(a) + static_cast<uint64_t>(v)); });  // wraps
+    run([](Acc a, Acc v) { return ew::MinOf(a, v); });
   } else {
-    run([](Acc a, Acc v) { return a + v; });
+    run([](Acc a, Acc v) { return ew::ReduceSum(a, v); });  // integers wrap
   }
   if constexpr (!std::is_integral_v<T>) {
     if (kind == ReduceKind::kMean) {
@@ -416,16 +365,9 @@ Tensor SoftmaxT(const Tensor& x, int d, bool log) {
   for (int64_t o = 0; o < outer; ++o) {
     for (int64_t in = 0; in < inner; ++in) {
       const int64_t base = o * n * inner + in;
-      T mx = -std::numeric_limits<T>::infinity();
-      for (int64_t j = 0; j < n; ++j) mx = std::max(mx, px[base + j * inner]);
-      if (!std::isfinite(mx)) mx = T(0);  // all -inf (or +inf present): avoid inf - inf
-      double sum = 0;
-      for (int64_t j = 0; j < n; ++j) sum += std::exp(static_cast<double>(px[base + j * inner] - mx));
-      const double lse = std::log(sum);
-      for (int64_t j = 0; j < n; ++j) {
-        const double z = static_cast<double>(px[base + j * inner] - mx);
-        py[base + j * inner] = static_cast<T>(log ? z - lse : std::exp(z - lse));
-      }
+      const ew::SoftmaxStats s = ew::SoftmaxRowStats<T>(px.data(), base, n, inner);
+      const T mx = static_cast<T>(s.max);
+      for (int64_t j = 0; j < n; ++j) py[base + j * inner] = ew::SoftmaxValue(px[base + j * inner], mx, s.lse, log);
     }
   }
   return y;
@@ -660,21 +602,11 @@ Tensor NormT(NormKind kind, const Tensor& x, int64_t inner, const Tensor* w, con
   const int64_t outer = inner == 0 ? 0 : x.NumElements() / inner;
   for (int64_t o = 0; o < outer; ++o) {
     const T* row = px.data() + o * inner;
-    double mean = 0, sq = 0;
-    if (kind == NormKind::kLayerNorm) {
-      for (int64_t j = 0; j < inner; ++j) mean += static_cast<double>(row[j]);
-      mean /= static_cast<double>(inner);
-    }
+    const ew::NormStats s = ew::NormRowStats<T>(row, 0, inner, kind, eps);
     for (int64_t j = 0; j < inner; ++j) {
-      const double c = static_cast<double>(row[j]) - mean;
-      sq += c * c;
-    }
-    const double inv = 1.0 / std::sqrt(sq / static_cast<double>(inner) + eps);
-    for (int64_t j = 0; j < inner; ++j) {
-      double v = (static_cast<double>(row[j]) - mean) * inv;
-      if (w != nullptr) v *= static_cast<double>(w->data<T>()[j]);
-      if (b != nullptr) v += static_cast<double>(b->data<T>()[j]);
-      py[o * inner + j] = static_cast<T>(v);
+      const double wj = w != nullptr ? static_cast<double>(w->data<T>()[j]) : 0.0;
+      const double bj = b != nullptr ? static_cast<double>(b->data<T>()[j]) : 0.0;
+      py[o * inner + j] = static_cast<T>(ew::NormValue(static_cast<double>(row[j]), s, w != nullptr, wj, b != nullptr, bj));
     }
   }
   return y;
@@ -696,7 +628,7 @@ Tensor CrossEntropyT(const Tensor& logits, const Tensor& targets, LossReduction 
                                    " outside [0, " + std::to_string(classes) + ")");
       return Tensor();
     }
-    for (int64_t j = 0; j < c; ++j) mx[r] = std::max(mx[r], static_cast<double>(pl[r * c + j]));
+    mx[r] = ew::CeRowMax<T>(pl.data(), r * c, c);
   }
   if (vocab && rows > 0) {
     error = vocab->all_reduce(mx, ReduceOp::kMax);
@@ -704,8 +636,8 @@ Tensor CrossEntropyT(const Tensor& logits, const Tensor& targets, LossReduction 
   }
   std::vector<double> sum(static_cast<size_t>(rows), 0.0);
   for (int64_t r = 0; r < rows; ++r) {
-    if (!std::isfinite(mx[r])) mx[r] = 0;
-    for (int64_t j = 0; j < c; ++j) sum[r] += std::exp(static_cast<double>(pl[r * c + j]) - mx[r]);
+    mx[r] = ew::FiniteOrZero(mx[r]);
+    sum[r] = ew::CeRowSumExp<T>(pl.data(), r * c, c, mx[r]);
   }
   if (vocab && rows > 0) {
     error = vocab->all_reduce(sum, ReduceOp::kSum);
@@ -716,7 +648,7 @@ Tensor CrossEntropyT(const Tensor& logits, const Tensor& targets, LossReduction 
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t t = static_cast<int64_t>(pt[r]) - offset;
     const double target_logit = t >= 0 && t < c ? static_cast<double>(pl[r * c + t]) : 0.0;
-    loss[r] = (owner ? mx[r] + std::log(sum[r]) : 0.0) - target_logit;
+    loss[r] = ew::CeRowLoss(owner, mx[r], sum[r], target_logit);
   }
   if (reduction == LossReduction::kNone) {
     Tensor y = Tensor::Zeros(DTypeOf<T>::value, targets.shape());
@@ -899,17 +831,7 @@ StatusOr<Tensor> CompareKernel(CompareOp op, const Tensor& a, const Tensor& b) {
   std::vector<double> r(static_cast<size_t>(total));
   ForEachBroadcast(out, BroadcastStrides(a.shape(), out), BroadcastStrides(b.shape(), out),
                    [&](int64_t i, int64_t oa, int64_t ob) {
-                     const double x = va[oa], y = vb[ob];
-                     bool v = false;
-                     switch (op) {
-                       case CompareOp::kEq: v = x == y; break;
-                       case CompareOp::kNe: v = x != y; break;
-                       case CompareOp::kLt: v = x < y; break;
-                       case CompareOp::kLe: v = x <= y; break;
-                       case CompareOp::kGt: v = x > y; break;
-                       case CompareOp::kGe: v = x >= y; break;
-                     }
-                     r[i] = v ? 1.0 : 0.0;
+                     r[i] = ew::CompareApply(op, va[oa], vb[ob]) ? 1.0 : 0.0;
                    });
   return FromDoubles(a.dtype(), out, r);
 }
@@ -940,7 +862,7 @@ StatusOr<Tensor> WhereKernel(const Tensor& cond, const Tensor& a, const Tensor& 
     std::vector<int64_t> idx(out.size(), 0);
     int64_t oc = 0, oa = 0, ob = 0;
     for (int64_t i = 0; i < total; ++i) {
-      const std::byte* src = vc[static_cast<size_t>(oc)] != 0 ? pa + oa * static_cast<int64_t>(es) : pb + ob * static_cast<int64_t>(es);
+      const std::byte* src = ew::Truthy(vc[static_cast<size_t>(oc)]) ? pa + oa * static_cast<int64_t>(es) : pb + ob * static_cast<int64_t>(es);
       std::memcpy(py + i * static_cast<int64_t>(es), src, es);
       for (size_t d = out.size(); d-- > 0;) {
         oc += sc[d];
@@ -1040,16 +962,14 @@ StatusOr<Tensor> CrossEntropyGradImpl(const Tensor& logits, const Tensor& target
       return InvalidArgumentError("cross_entropy_grad: target " + std::to_string(t) + " at " + std::to_string(r) +
                                   " outside [0, " + std::to_string(classes) + ")");
     }
-    const double* row = x.data() + r * c;
-    for (int64_t j = 0; j < c; ++j) mx[static_cast<size_t>(r)] = std::max(mx[static_cast<size_t>(r)], row[j]);
+    mx[static_cast<size_t>(r)] = ew::CeRowMax<double>(x.data(), r * c, c);
   }
   if (vocab != nullptr) MF_RETURN_IF_ERROR(vocab->all_reduce(mx, ReduceOp::kMax));
   std::vector<double> sum(static_cast<size_t>(rows), 0.0);
   for (int64_t r = 0; r < rows; ++r) {
     double& m = mx[static_cast<size_t>(r)];
-    if (!std::isfinite(m)) m = 0;
-    const double* row = x.data() + r * c;
-    for (int64_t j = 0; j < c; ++j) sum[static_cast<size_t>(r)] += std::exp(row[j] - m);
+    m = ew::FiniteOrZero(m);
+    sum[static_cast<size_t>(r)] = ew::CeRowSumExp<double>(x.data(), r * c, c, m);
   }
   if (vocab != nullptr) MF_RETURN_IF_ERROR(vocab->all_reduce(sum, ReduceOp::kSum));
   for (int64_t r = 0; r < rows; ++r) {
@@ -1058,7 +978,7 @@ StatusOr<Tensor> CrossEntropyGradImpl(const Tensor& logits, const Tensor& target
     const double m = mx[static_cast<size_t>(r)], s = sum[static_cast<size_t>(r)];
     const double gr = (reduction == LossReduction::kNone ? g[static_cast<size_t>(r)] : g[0]) / div;
     for (int64_t j = 0; j < c; ++j) {
-      out[static_cast<size_t>(r * c + j)] = (std::exp(row[j] - m) / s - (offset + j == t ? 1.0 : 0.0)) * gr;
+      out[static_cast<size_t>(r * c + j)] = ew::CeGradValue(row[j], m, s, offset + j == t, gr);
     }
   }
   return FromDoubles(logits.dtype(), logits.shape(), out);

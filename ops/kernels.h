@@ -14,6 +14,8 @@
 //
 // Matmul uses Eigen GEMM on row-major Eigen::Map views, one call per batch entry; batch dims
 // broadcast like numpy. Sums accumulate in double. Softmax subtracts the row max first.
+// The per-element and per-row math is ops/elementwise.h, shared with the device kernels
+// (ops/shared_kernels.h, ops/cuda/cuda_op_kernels.h).
 #ifndef MESHFLOW_OPS_KERNELS_H_
 #define MESHFLOW_OPS_KERNELS_H_
 

@@ -52,6 +52,7 @@
 #include "meshflow/base/status.h"
 #include "meshflow/dtensor/box.h"
 #include "meshflow/dtensor/placement.h"
+#include "meshflow/ops/op_kinds.h"
 
 namespace meshflow {
 
@@ -135,7 +136,6 @@ double LocalWorkPoints(const ShardingRule& rule, const Strategy& s, std::span<co
 // rank 0, k mismatch, batch dims that do not broadcast.
 StatusOr<ShardingRule> MatmulRule(std::span<const int64_t> a, std::span<const int64_t> b);
 
-enum class BinaryOp { kAdd, kSub, kMul, kDiv };
 std::string_view BinaryOpName(BinaryOp op);  // "add", "sub", "mul", "div"
 // Pointwise with numpy broadcasting (right-aligned; size-1 dims stretch, mapped to kNoFactor).
 // Errors: shapes that do not broadcast.
@@ -144,12 +144,6 @@ StatusOr<ShardingRule> BinaryRule(BinaryOp op, std::span<const int64_t> a, std::
 // Pointwise unary ops. `alpha` (OpSpec) is the factor of kScale, the exponent of kPow and the
 // addend of kAddScalar. kStep is 1 where x > 0, else 0 (relu's derivative); the *Deriv ops are the
 // derivatives of gelu (tanh form), silu, tanh and sigmoid at x (used by the VJPs, ops/op_spec.h).
-enum class UnaryOp {
-  kNeg, kScale, kRelu, kExp, kGelu,
-  kTanh, kSigmoid, kSilu, kSqrt, kRsqrt, kPow, kAddScalar, kLog, kStep,
-  kGeluDeriv, kSiluDeriv, kTanhDeriv, kSigmoidDeriv,
-  kFill,  // alpha everywhere (x's shape and dtype): constants of backward computations
-};
 // "neg", "scale", "relu", "exp", "gelu", "tanh", "sigmoid", "silu", "sqrt", "rsqrt", "pow",
 // "add_scalar", "log", "step", "gelu_deriv", "silu_deriv", "tanh_deriv", "sigmoid_deriv", "fill"
 std::string_view UnaryOpName(UnaryOp op);
@@ -160,7 +154,6 @@ ShardingRule UnaryRule(UnaryOp op, std::span<const int64_t> x);
 
 // Element-wise comparison with numpy broadcasting: 1 where it holds, else 0, in the operands'
 // dtype (so masks multiply like any tensor). Rule: BinaryRule's factors without partial rules.
-enum class CompareOp { kEq, kNe, kLt, kLe, kGt, kGe };
 std::string_view CompareOpName(CompareOp op);  // "eq", "ne", "lt", "le", "gt", "ge"
 StatusOr<ShardingRule> CompareRule(CompareOp op, std::span<const int64_t> a, std::span<const int64_t> b);
 
@@ -176,7 +169,6 @@ StatusOr<ShardingRule> WhereRule(std::span<const int64_t> cond, std::span<const 
 // avg, max, min. Errors: x does not broadcast to shape.
 StatusOr<ShardingRule> ExpandRule(std::span<const int64_t> x, std::span<const int64_t> shape);
 
-enum class ReduceKind { kSum, kMean, kMax, kMin };
 std::string_view ReduceKindName(ReduceKind kind);  // "sum", "mean", "max", "min"
 // Reduction over `dims` (negative dims count from the end; empty = all dims). The result keeps
 // size-1 dims (kNoFactor) when keepdim. Errors: a dim out of range or repeated; max/min over a
@@ -227,7 +219,6 @@ std::vector<ReshapeGroup> ReshapeGroups(std::span<const int64_t> x, std::span<co
 // (ReshapeShardingIsExact), so the input is redistributed first.
 StatusOr<ShardingRule> ReshapeRule(std::span<const int64_t> x, std::span<const int64_t> shape);
 
-enum class NormKind { kLayerNorm, kRmsNorm };
 std::string_view NormKindName(NormKind kind);  // "layer_norm", "rms_norm"
 // Normalization over the trailing `normalized_ndim` dims of x: those factors are
 // kNeedReplication, leading dims pass through. Optional weight / bias operands (in that order)
@@ -269,7 +260,6 @@ Interval SliceResultRange(const SliceRange& s, int64_t lo, int64_t hi);
 // others. Errors: as NormalizeSlice.
 StatusOr<ShardingRule> SliceRule(std::span<const int64_t> x, int dim, int64_t start, int64_t end, int64_t step);
 
-enum class LossReduction { kMean, kSum, kNone };
 std::string_view LossReductionName(LossReduction r);  // "mean", "sum", "none"
 // Cross-entropy of logits [..., C] against integer targets [...] (the logits' leading dims):
 // leading factors are pass-through for kNone and reduction(sum) for kMean / kSum (a sharded batch

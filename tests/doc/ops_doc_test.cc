@@ -1,6 +1,6 @@
 // Every example in compiler/graph.h, compiler/propagation.h, compiler/program.h, runtime/eager.h, ops/op_spec.h,
-// runtime/strategy.h, ops/kernels.h, ops/sharding_rule.h and ops/shape_util.h is compiled here; keep
-// them identical.
+// runtime/strategy.h, ops/kernels.h, ops/sharding_rule.h, ops/shape_util.h, ops/op_kinds.h,
+// ops/elementwise.h and ops/shared_kernels.h is compiled here; keep them identical.
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -22,8 +22,11 @@
 #include "meshflow/runtime/eager.h"
 #include "meshflow/compiler/graph.h"
 #include "meshflow/compiler/graph_autodiff.h"
+#include "meshflow/ops/elementwise.h"
 #include "meshflow/ops/kernels.h"
+#include "meshflow/ops/op_kinds.h"
 #include "meshflow/ops/op_spec.h"
+#include "meshflow/ops/shared_kernels.h"
 #include "meshflow/runtime/strategy.h"
 #include "meshflow/compiler/program.h"
 #include "meshflow/compiler/propagation.h"
@@ -309,6 +312,43 @@ TEST(ShapeUtilDocTest, Example) {
   EXPECT_EQ(BroadcastShapes("add", c, d).status().ToString(),
             "INVALID_ARGUMENT: add: shapes [5,2] and [7] do not broadcast (sizes 2 vs 7 at broadcast dim 1)");
 }
+
+// ops/op_kinds.h
+TEST(OpKindsDocTest, Example) {
+  const UnaryOp op = UnaryOp::kGelu;           // UnaryOpName(op) == "gelu" (sharding_rule.h)
+  const ReduceKind kind = ReduceKind::kMean;   // ReduceKindName(kind) == "mean"
+  EXPECT_EQ(UnaryOpName(op), "gelu");
+  EXPECT_EQ(ReduceKindName(kind), "mean");
+}
+
+// ops/elementwise.h
+TEST(ElementwiseDocTest, Example) {
+  const float g = elementwise::UnaryFixed<UnaryOp::kGelu>(0.5f, 1.0f);   // gelu(0.5), tanh form
+  const float x[3] = {-1, 0, 2};
+  float y[3];
+  const elementwise::UnaryArgs args{elementwise::ElemType::kF32, UnaryOp::kRelu, 1.0, x, y};
+  for (int64_t i = 0; i < 3; ++i) elementwise::UnaryBody<float>{}(args, i);  // y = {0, 0, 2}
+
+  EXPECT_NEAR(g, 0.345714f, 1e-6);
+  EXPECT_EQ(y[0], 0.0f);
+  EXPECT_EQ(y[1], 0.0f);
+  EXPECT_EQ(y[2], 2.0f);
+}
+
+// ops/shared_kernels.h
+Status SharedKernelsExample() {
+  HostLoopBackend host;
+  const Tensor x = Tensor::Iota(DType::kF32, {2, 3}), b = Tensor::Iota(DType::kF32, {3});
+  const Tensor* operands[] = {&x, &b};
+  MF_ASSIGN_OR_RETURN(Tensor y, RunSharedKernel(OpSpec::Binary(BinaryOp::kAdd), operands, KernelContext{}, host));
+  // y == RunKernel(OpSpec::Binary(BinaryOp::kAdd), operands).value(): {0, 2, 4, 3, 5, 7}
+
+  EXPECT_EQ(y, RunKernel(OpSpec::Binary(BinaryOp::kAdd), operands).value());
+  EXPECT_EQ(y, Tensor::FromVector<float>({2, 3}, {0, 2, 4, 3, 5, 7}).value());
+  return Status::Ok();
+}
+
+TEST(SharedKernelsDocTest, Example) { EXPECT_EQ(SharedKernelsExample(), Status::Ok()); }
 
 }  // namespace
 }  // namespace meshflow
