@@ -368,3 +368,108 @@ TEST(AutogradTest, VjpErrors) {
 
 }  // namespace
 }  // namespace meshflow
+
+namespace meshflow {
+namespace {
+
+// Grad-ready hooks fire once per Backward, after every contribution reached the leaf; pre-backward
+// hooks fire before the node's VJP, in reverse order of the forward.
+TEST(AutogradHooksTest, FireInBackwardOrderWithFinalGradients) {
+  const DeviceMesh mesh = *DeviceMesh::Create({2});
+  const Status st = OnMesh(mesh, [&](RankContext& ctx, int rank) -> Status {
+    MF_ASSIGN_OR_RETURN(DTensor d, Distribute(GlobalFor(DType::kF64, {4}, 1), Replicated({4}, mesh), rank));
+    MF_ASSIGN_OR_RETURN(Variable w, Variable::Leaf(d, true));
+    std::vector<std::string> events;
+    MF_RETURN_IF_ERROR(w.AddGradReadyHook([&]() -> Status {
+      // Used twice below: the hook sees the sum of both contributions (2 + 3 per element).
+      MF_ASSIGN_OR_RETURN(Tensor g, FullTensor(*w.grad(), ctx));
+      events.push_back("w ready " + std::to_string(g.GetAsDouble(0)));
+      return Status::Ok();
+    }));
+    MF_ASSIGN_OR_RETURN(Variable a, autograd::Scale(w, 2.0, ctx));
+    MF_RETURN_IF_ERROR(a.AddPreBackwardHook([&]() {
+      events.push_back("a");
+      return Status::Ok();
+    }));
+    MF_ASSIGN_OR_RETURN(Variable b, autograd::Scale(w, 3.0, ctx));
+    MF_ASSIGN_OR_RETURN(Variable s, autograd::Add(a, b, ctx));
+    MF_RETURN_IF_ERROR(s.AddPreBackwardHook([&]() {
+      events.push_back("s");
+      return Status::Ok();
+    }));
+    MF_ASSIGN_OR_RETURN(Variable loss, autograd::Sum(s, {}, false, ctx));
+    MF_RETURN_IF_ERROR(Backward(loss, ctx));
+    const std::vector<std::string> want = {"s", "a", "w ready 5.000000"};
+    if (events != want) {
+      std::string got;
+      for (const std::string& e : events) got += e + "; ";
+      return InternalError("hook order: " + got);
+    }
+    // Errors: a grad-ready hook on an op result, a pre-backward hook on a leaf, empty hooks.
+    if (a.AddGradReadyHook([] { return Status::Ok(); }).code() != StatusCode::kInvalidArgument ||
+        w.AddPreBackwardHook([] { return Status::Ok(); }).code() != StatusCode::kInvalidArgument ||
+        w.AddGradReadyHook(nullptr).code() != StatusCode::kInvalidArgument) {
+      return InternalError("hook errors");
+    }
+    // A failing hook ends Backward with its error.
+    MF_ASSIGN_OR_RETURN(Variable c, autograd::Scale(w, 1.0, ctx));
+    MF_RETURN_IF_ERROR(c.AddPreBackwardHook([] { return UnavailableError("hook says no"); }));
+    MF_ASSIGN_OR_RETURN(Variable cl, autograd::Sum(c, {}, false, ctx));
+    const Status bad = Backward(cl, ctx);
+    if (bad.code() != StatusCode::kUnavailable) return InternalError("failing hook: " + bad.ToString());
+    return Status::Ok();
+  });
+  EXPECT_TRUE(st.ok()) << st;
+}
+
+// A differentiable redistribution passes the gradient through; a released value is rematerialized
+// by Backward when a VJP reads it (and the gradients are those of the unreleased graph).
+TEST(AutogradHooksTest, RedistributeAndReleasedValues) {
+  const DeviceMesh mesh = *DeviceMesh::Create({2});
+  const Tensor wg = GlobalFor(DType::kF64, {4, 3}, 3);
+  const Tensor xg = GlobalFor(DType::kF64, {2, 4}, 4);
+  const Status st = OnMesh(mesh, [&](RankContext& ctx, int rank) -> Status {
+    MF_ASSIGN_OR_RETURN(Layout sharded, Layout::Create({4, 3}, mesh, {Shard{0}}));
+    MF_ASSIGN_OR_RETURN(DTensor wd, Distribute(wg, sharded, rank));
+    MF_ASSIGN_OR_RETURN(DTensor xd, Distribute(xg, Replicated({2, 4}, mesh), rank));
+    MF_ASSIGN_OR_RETURN(Variable x, Variable::Leaf(xd, false));
+    std::vector<Tensor> grads;
+    for (int release = 0; release < 2; ++release) {
+      MF_ASSIGN_OR_RETURN(Variable w, Variable::Leaf(wd, true));
+      MF_ASSIGN_OR_RETURN(Variable full, autograd::Redistribute(w, Replicated({4, 3}, mesh), ctx));
+      if (full.is_leaf() || full.op().has_value()) return InternalError("a redistribution is a recorded non-op result");
+      MF_ASSIGN_OR_RETURN(Variable y, autograd::Matmul(x, full, ctx));
+      int rematerialized = 0;
+      if (release == 1) {
+        MF_RETURN_IF_ERROR(full.ReleaseValue([&]() -> StatusOr<DTensor> {
+          ++rematerialized;
+          return Redistribute(w.value(), Replicated({4, 3}, mesh), ctx);
+        }));
+        if (!full.value_released()) return InternalError("not released");
+        if (full.ReleaseValue([]() -> StatusOr<DTensor> { return InternalError("x"); }).code() !=
+            StatusCode::kFailedPrecondition) {
+          return InternalError("released twice");
+        }
+      }
+      MF_ASSIGN_OR_RETURN(Variable loss, autograd::Sum(y, {}, false, ctx));
+      MF_RETURN_IF_ERROR(Backward(loss, ctx));
+      if (release == 1 && rematerialized != 1) {
+        return InternalError("rematerialized " + std::to_string(rematerialized) + " times");
+      }
+      if (!(w.grad()->layout().mesh() == mesh)) return InternalError("grad mesh");
+      MF_ASSIGN_OR_RETURN(Tensor g, FullTensor(*w.grad(), ctx));
+      grads.push_back(std::move(g));
+    }
+    if (!(grads[0] == grads[1])) return InternalError("released graph gives other gradients");
+    // d sum(x @ w) / dw[k][j] = sum_i x[i][k].
+    for (int64_t k = 0; k < 4; ++k) {
+      const double want = xg.GetAsDouble(k) + xg.GetAsDouble(4 + k);
+      if (std::abs(grads[0].GetAsDouble(k * 3) - want) > 1e-12) return InternalError("gradient value");
+    }
+    return Status::Ok();
+  });
+  EXPECT_TRUE(st.ok()) << st;
+}
+
+}  // namespace
+}  // namespace meshflow

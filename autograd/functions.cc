@@ -89,4 +89,8 @@ StatusOr<Variable> Expand(const Variable& x, std::vector<int64_t> shape, RankCon
   return A(OpSpec::Expand(std::move(shape)), {x}, c);
 }
 
+StatusOr<Variable> Redistribute(const Variable& x, const Layout& target, RankContext& ctx) {
+  return RedistributeVariable(x, target, ctx);
+}
+
 }  // namespace meshflow::autograd

@@ -48,6 +48,9 @@ StatusOr<Variable> CrossEntropy(const Variable& logits, const Variable& targets,
                                 RankContext& ctx);
 StatusOr<Variable> Where(const Variable& cond, const Variable& a, const Variable& b, RankContext& ctx);
 StatusOr<Variable> Expand(const Variable& x, std::vector<int64_t> shape, RankContext& ctx);
+// RedistributeVariable (autograd/variable.h): x in `target`, differentiable (the gradient passes
+// through in its own layout).
+StatusOr<Variable> Redistribute(const Variable& x, const Layout& target, RankContext& ctx);
 
 }  // namespace meshflow::autograd
 

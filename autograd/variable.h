@@ -29,6 +29,7 @@
 #ifndef MESHFLOW_AUTOGRAD_VARIABLE_H_
 #define MESHFLOW_AUTOGRAD_VARIABLE_H_
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -59,8 +60,32 @@ class Variable {
   // that reaches it, and after ZeroGrad). Op results keep no gradient.
   const std::optional<DTensor>& grad() const;
   void ZeroGrad();
-  // The op that produced this value (nullopt for leaves).
+  // Replaces a leaf's gradient (e.g. by its reduced form: optim/grad_reducer.h). Errors: not a leaf
+  // with requires_grad, another global shape or mesh than the value's (INVALID_ARGUMENT).
+  Status SetGrad(DTensor grad);
+  // Moves a leaf's gradient out (nullopt when it has none, or is not a leaf): grad() is empty after.
+  std::optional<DTensor> TakeGrad();
+  // The op that produced this value (nullopt for leaves and redistributions).
   const std::optional<OpSpec>& op() const;
+
+  // Frees an op result's value until Backward needs it, which calls `rematerialize` for it then
+  // (FSDP's reshard after forward: the gathered parameter is gathered again in backward, ideally
+  // prefetched). value() of a released Variable aborts. Errors: a leaf or a released value
+  // (FAILED_PRECONDITION), an empty function (INVALID_ARGUMENT).
+  Status ReleaseValue(std::function<StatusOr<DTensor>()> rematerialize);
+  bool value_released() const;
+
+  // Backward hooks (collective code may run in them: every rank's Backward fires them in the same
+  // order). A grad-ready hook of a leaf with requires_grad runs in Backward once the leaf's
+  // gradient of that Backward is complete (accumulated into grad()), as torch's
+  // register_post_accumulate_grad_hook: gradient bucketing starts its reductions there. A
+  // pre-backward hook of an op result runs when Backward reaches the value, before its VJP: FSDP
+  // starts gathering the previous block's parameters there. A hook's error ends Backward with it.
+  // Errors: an undefined Variable, a grad-ready hook on a value that is not a leaf with
+  // requires_grad, a pre-backward hook on a leaf (INVALID_ARGUMENT).
+  Status AddGradReadyHook(std::function<Status()> hook);
+  Status AddPreBackwardHook(std::function<Status()> hook);
+  void ClearHooks();
 
   // Identity of the underlying node (two handles of one node compare equal).
   friend bool operator==(const Variable& a, const Variable& b) { return a.node_ == b.node_; }
@@ -68,6 +93,7 @@ class Variable {
  private:
   struct Node;
   friend StatusOr<Variable> Apply(const OpSpec& op, std::span<const Variable> inputs, RankContext& ctx);
+  friend StatusOr<Variable> RedistributeVariable(const Variable& x, const Layout& target, RankContext& ctx);
   friend struct BackwardAccess;
   std::shared_ptr<Node> node_;
 };
@@ -76,6 +102,12 @@ class Variable {
 // requires a gradient and the op is differentiable (comparisons are not). Errors: an undefined
 // input; those of RunOp.
 StatusOr<Variable> Apply(const OpSpec& op, std::span<const Variable> inputs, RankContext& ctx);
+
+// Collective: x redistributed to `target` (Redistribute, runtime/redistribute.h; a matching
+// prefetch in ctx.prefetches() is taken instead of running the plan), recorded for Backward. Its
+// gradient passes through unchanged (the same global values, in whatever layout it has: whoever
+// consumes the input's gradient redistributes it). autograd::Redistribute is the same.
+StatusOr<Variable> RedistributeVariable(const Variable& x, const Layout& target, RankContext& ctx);
 
 struct BackwardOptions {
   // The gradient of the loss (its shape and dtype; any layout). nullptr: 1 for a scalar loss.

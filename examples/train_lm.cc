@@ -49,6 +49,9 @@ constexpr const char* kUsage =
     "  --nproc N             thread ranks when not under a launcher (default 1)\n"
     "  --plan P              ddp | zero1 | fsdp | tp | fsdp+tp (default ddp)\n"
     "  --mesh SPEC           e.g. dp=2,tp=2 (default: the plan's, over every rank)\n"
+    "  --overlap on|off      overlap communication with compute (default on): FSDP gathers one block\n"
+    "                        ahead, gradients reduced in buckets during backward; off: the serial path\n"
+    "  --bucket-mb X         gradient bucket size with --overlap on (default 25)\n"
     "training:\n"
     "  --corpus FILE         .mftok token file (make one with //data:text_to_tokens)\n"
     "  --steps N             optimizer steps (default 200)\n"
@@ -136,6 +139,12 @@ StatusOr<Flags> ParseFlags(int argc, char** argv) {
       MF_ASSIGN_OR_RETURN(std::string v, next());
       MF_ASSIGN_OR_RETURN(lm::MeshSpec m, lm::ParseMeshSpec(v));
       o.mesh = m;
+    } else if (arg == "--overlap") {
+      MF_ASSIGN_OR_RETURN(std::string v, next());
+      if (v != "on" && v != "off") return InvalidArgumentError("--overlap must be on or off, got '" + v + "'");
+      o.overlap = v == "on";
+    } else if (arg == "--bucket-mb") {
+      MF_ASSIGN_OR_RETURN(o.bucket_mb, real());
     } else if (arg == "--steps") {
       MF_ASSIGN_OR_RETURN(o.steps, integer(1, kBig));
     } else if (arg == "--batch") {

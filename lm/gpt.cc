@@ -91,6 +91,12 @@ int64_t Gpt::NumParameters() {
   return n;
 }
 
+std::vector<nn::Module*> Gpt::Blocks() const {
+  std::vector<nn::Module*> out;
+  for (const std::unique_ptr<GptBlock>& b : blocks_) out.push_back(b.get());
+  return out;
+}
+
 StatusOr<Variable> Gpt::Forward(const Variable& ids, RankContext& ctx) const {
   const std::vector<int64_t>& s = ids.value().global_shape();
   if (s.size() != 2 || s[1] > config_.seq_len || s[1] < 1) {
@@ -104,11 +110,14 @@ StatusOr<Variable> Gpt::Forward(const Variable& ids, RankContext& ctx) const {
   MF_ASSIGN_OR_RETURN(Layout pl, Layout::Create({t}, mesh, Placements(static_cast<size_t>(mesh.ndim()), Replicate{})));
   MF_ASSIGN_OR_RETURN(DTensor pd, Distribute(positions, pl, ctx.world_rank()));
   MF_ASSIGN_OR_RETURN(Variable pos_ids, Variable::Leaf(std::move(pd), false));
+  if (hooks_ != nullptr) MF_RETURN_IF_ERROR(hooks_->BeginForward(ctx));
   MF_ASSIGN_OR_RETURN(Variable te, tok_->Forward(ids, ctx));
   MF_ASSIGN_OR_RETURN(Variable pe, pos_->Forward(pos_ids, ctx));
   MF_ASSIGN_OR_RETURN(Variable x, autograd::Add(te, pe, ctx));
-  for (const std::unique_ptr<GptBlock>& b : blocks_) {
-    MF_ASSIGN_OR_RETURN(x, b->Forward(x, ctx));
+  for (size_t i = 0; i < blocks_.size(); ++i) {
+    if (hooks_ != nullptr) MF_RETURN_IF_ERROR(hooks_->BeforeBlock(static_cast<int>(i), ctx));
+    MF_ASSIGN_OR_RETURN(x, blocks_[i]->Forward(x, ctx));
+    if (hooks_ != nullptr) MF_RETURN_IF_ERROR(hooks_->AfterBlock(static_cast<int>(i), x, ctx));
   }
   MF_ASSIGN_OR_RETURN(Variable h, ln_f_->Forward(x, ctx));
   return head_->Forward(h, ctx);

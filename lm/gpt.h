@@ -29,6 +29,7 @@
 #include "meshflow/base/status.h"
 #include "meshflow/runtime/rank_context.h"
 #include "meshflow/dtensor/dtensor.h"
+#include "meshflow/nn/fsdp_blocks.h"
 #include "meshflow/nn/module.h"
 
 namespace meshflow::lm {
@@ -76,6 +77,10 @@ class Gpt : public nn::Module {
   StatusOr<Variable> Loss(const DTensor& batch, RankContext& ctx) const;
   // Number of parameters (elements of the global tensors).
   int64_t NumParameters();
+  // The blocks h0..h<layers-1>, in forward order.
+  std::vector<nn::Module*> Blocks() const;
+  // Called around every block's forward (nn/fsdp_blocks.h: FSDP unshard and prefetch); null: none. Not owned.
+  void set_block_hooks(nn::BlockHooks* hooks) { hooks_ = hooks; }
 
  private:
   explicit Gpt(const GptConfig& config) : config_(config) {}
@@ -84,6 +89,7 @@ class Gpt : public nn::Module {
   std::vector<std::unique_ptr<GptBlock>> blocks_;
   std::unique_ptr<nn::LayerNorm> ln_f_;
   std::unique_ptr<nn::Linear> head_;
+  nn::BlockHooks* hooks_ = nullptr;
 };
 
 }  // namespace meshflow::lm

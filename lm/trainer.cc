@@ -23,6 +23,8 @@
 #include "meshflow/train/checkpointer.h"
 #include "meshflow/optim/optimizer.h"
 #include "meshflow/optim/schedule.h"
+#include "meshflow/optim/grad_reducer.h"
+#include "meshflow/nn/fsdp_blocks.h"
 
 namespace meshflow::lm {
 namespace {
@@ -174,6 +176,9 @@ Status ValidateTrainLm(const TrainLmOptions& o, int world_size) {
   if (!(o.lr > 0) || !std::isfinite(o.lr)) return InvalidArgumentError("--lr must be > 0, got " + Fmt("%g", o.lr));
   if (o.ckpt_every < 1) return InvalidArgumentError("--ckpt-every must be >= 1, got " + std::to_string(o.ckpt_every));
   if (o.keep_last < 1) return InvalidArgumentError("--keep-last must be >= 1, got " + std::to_string(o.keep_last));
+  if (!(o.bucket_mb > 0) || !std::isfinite(o.bucket_mb) || o.bucket_mb > 1e6) {
+    return InvalidArgumentError("--bucket-mb must be in (0, 1e6], got " + Fmt("%g", o.bucket_mb));
+  }
   MF_RETURN_IF_ERROR(OpenCorpus(o).status());
   return CheckCheckpointModel(o);
 }
@@ -184,11 +189,13 @@ std::string SummaryJson(const TrainSummary& s) {
                 "{\"start_loss\": %.6f, \"final_loss\": %.6f, \"tokens_per_s\": %.1f, \"steps\": %lld, "
                 "\"plan\": \"%s\", \"world_size\": %d, \"mesh\": \"%s\", \"resumed_from_step\": %lld, "
                 "\"steps_this_attempt\": %lld, \"num_parameters\": %lld, \"step_seconds\": %.6f, "
-                "\"loader_wait_fraction\": %.5f, \"checkpoint_stall_fraction\": %.5f, \"checkpoints_saved\": %d, \"attempt\": %d}",
+                "\"loader_wait_fraction\": %.5f, \"checkpoint_stall_fraction\": %.5f, \"checkpoints_saved\": %d, \"attempt\": %d, "
+                "\"overlap\": %s, \"comm_seconds\": %.6f, \"exposed_comm_seconds\": %.6f, \"exposed_comm_fraction\": %.5f}",
                 s.start_loss, s.final_loss, s.tokens_per_s, static_cast<long long>(s.steps), s.plan.c_str(),
                 s.world_size, s.mesh.c_str(), static_cast<long long>(s.resumed_from_step),
                 static_cast<long long>(s.steps_this_attempt), static_cast<long long>(s.num_parameters), s.step_seconds,
-                s.loader_wait_fraction, s.checkpoint_stall_fraction, s.checkpoints_saved, s.attempt);
+                s.loader_wait_fraction, s.checkpoint_stall_fraction, s.checkpoints_saved, s.attempt,
+                s.overlap ? "true" : "false", s.comm_seconds, s.exposed_comm_seconds, s.exposed_comm_fraction);
   return buf;
 }
 
@@ -209,6 +216,22 @@ StatusOr<TrainSummary> TrainLm(Communicator& world, const RankInfo& me, const Tr
   adam.weight_decay = o.weight_decay;
   adam.beta2 = 0.99;
   MF_ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> opt, AdamW::Create(specs, adam, ctx));
+  // FSDP plans gather each block's parameters around its forward (and again in backward), one
+  // block ahead with overlap; every plan reduces its gradients in buckets during Backward with it.
+  std::unique_ptr<nn::FsdpBlocks> fsdp_blocks;
+  if (std::holds_alternative<FsdpPlan>(plan) || std::holds_alternative<FsdpTpPlan>(plan)) {
+    MF_ASSIGN_OR_RETURN(const int dp, mesh.DimIndex("dp"));
+    MF_ASSIGN_OR_RETURN(fsdp_blocks, nn::FsdpBlocks::Create(gpt->Blocks(), {dp}, {.prefetch = o.overlap}, ctx));
+    gpt->set_block_hooks(fsdp_blocks.get());
+  }
+  std::unique_ptr<GradReducer> reducer;
+  if (o.overlap) {
+    std::vector<Variable*> leaves;
+    for (const nn::NamedParameter& p : gpt->NamedParameters()) leaves.push_back(&p.variable);
+    MF_ASSIGN_OR_RETURN(reducer, GradReducer::Create(leaves, *opt,
+                                                     {.bucket_bytes = static_cast<int64_t>(o.bucket_mb * (1 << 20))},
+                                                     ctx));
+  }
   MF_ASSIGN_OR_RETURN(WarmupCosineSchedule schedule,
                       WarmupCosineSchedule::Create({.base_lr = o.lr,
                                                     .min_lr = std::min(o.min_lr, o.lr),
@@ -342,6 +365,8 @@ StatusOr<TrainSummary> TrainLm(Communicator& world, const RankInfo& me, const Tr
   const int64_t tokens_per_step = o.batch_size * o.model.seq_len;
   const int64_t chunk = (o.batch_size + loader->dp_size() - 1) / loader->dp_size();
   const Clock::time_point loop_start = Clock::now();
+  const double comm_us0 = ctx.comm_stream().stats().busy_us;
+  const double exposed_us0 = ctx.compute_stream().stats().wait_us;
   double data_wait = 0;
   for (int64_t step = start; step < o.steps; ++step) {
     if (ckpt && step > start && step % o.ckpt_every == 0) MF_RETURN_IF_ERROR(save(step));
@@ -391,6 +416,8 @@ StatusOr<TrainSummary> TrainLm(Communicator& world, const RankInfo& me, const Tr
     MF_RETURN_IF_ERROR(opt->set_lr(lr));
     MF_ASSIGN_OR_RETURN(Variable loss, gpt->Loss(batch.data, ctx));
     MF_RETURN_IF_ERROR(Backward(loss, ctx));
+    if (reducer) MF_RETURN_IF_ERROR(reducer->Finish(ctx));
+    if (fsdp_blocks) MF_RETURN_IF_ERROR(fsdp_blocks->Finish(ctx));
     const std::vector<const DTensor*> grads = gpt->Grads();
     MF_RETURN_IF_ERROR(opt->Step(grads, ctx, {.max_grad_norm = o.max_grad_norm}));
     gpt->ZeroGrad();
@@ -417,6 +444,10 @@ StatusOr<TrainSummary> TrainLm(Communicator& world, const RankInfo& me, const Tr
     }
   }
   const double loop_seconds = Since(loop_start);
+  sum.overlap = o.overlap;
+  sum.comm_seconds = (ctx.comm_stream().stats().busy_us - comm_us0) * 1e-6;
+  sum.exposed_comm_seconds = (ctx.compute_stream().stats().wait_us - exposed_us0) * 1e-6;
+  sum.exposed_comm_fraction = sum.comm_seconds > 0 ? std::min(1.0, sum.exposed_comm_seconds / sum.comm_seconds) : 0.0;
   if (ckpt) {
     if (start < o.steps) MF_RETURN_IF_ERROR(save(o.steps));
     const Clock::time_point t0 = Clock::now();

@@ -59,6 +59,12 @@ struct TrainLmOptions {
   double max_grad_norm = 1.0;
   uint64_t data_seed = 1234;
   int prefetch = 2;
+  // Communication overlapped with compute (runtime/rank_context.h's communication stream): FSDP
+  // plans gather each block's parameters one block ahead (nn/fsdp_blocks.h), and gradients are
+  // reduced in buckets during Backward (optim/grad_reducer.h). Off: the same collectives, each
+  // waited for where it is issued (the serial path; the same bits).
+  bool overlap = true;
+  double bucket_mb = 25;             // gradient bucket size with overlap (MiB of compute-dtype grads)
   std::string ckpt_dir;              // empty: no checkpoints
   int64_t ckpt_every = 50;
   int keep_last = 2;
@@ -86,6 +92,12 @@ struct TrainSummary {
   double step_seconds = 0;           // mean wall time per step of this attempt
   double loader_wait_fraction = 0;   // time in the loader's Next / loop time
   double checkpoint_stall_fraction = 0;  // time in CheckpointManager::Save/Wait / loop time
+  // Communication of the training steps (rank 0): the communication stream's busy time, and the
+  // time the rank's thread was blocked on communication (the part no compute overlapped).
+  double comm_seconds = 0;
+  double exposed_comm_seconds = 0;
+  double exposed_comm_fraction = 0;  // exposed / communication (1 when nothing overlaps)
+  bool overlap = true;
   int checkpoints_saved = 0;
   int attempt = 0;                   // options.attempt (restarts before this run)
 };

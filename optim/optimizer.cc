@@ -72,14 +72,15 @@ Tensor Convert(const Tensor& t, DType to) {
   return out;
 }
 
-StatusOr<DTensor> ConvertDTensor(const DTensor& x, DType to) {
-  if (x.dtype() == to) return x;
-  return DTensor::FromLocal(Convert(x.local(), to), x.layout(), x.rank());
-}
 
 // Placements with every Partial replaced by Replicate.
 
 }  // namespace
+
+StatusOr<DTensor> ConvertDTensor(DTensor x, DType to) {
+  if (x.dtype() == to) return x;
+  return DTensor::FromLocal(Convert(x.local(), to), x.layout(), x.rank());
+}
 
 Status ValidateOptions(const OptimizerOptions& options) {
   return std::visit(

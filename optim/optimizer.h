@@ -193,6 +193,11 @@ struct AdamW {
                                                      RankContext& ctx);
 };
 
+// `x` in dtype `to` (elementwise, on the local shard; bf16 rounds to nearest even): what Step does
+// to a gradient before reducing it (optim/grad_reducer.h does the same). `x` itself when the dtype
+// is already `to`.
+StatusOr<DTensor> ConvertDTensor(DTensor x, DType to);
+
 // Checks options the way Create does (also used by set_lr and tests).
 Status ValidateOptions(const OptimizerOptions& options);
 

@@ -30,8 +30,14 @@ StatusOr<DTensor> RunChosen(const OpSpec& op, const StrategyChoice& choice, std:
   std::vector<const Tensor*> locals(n, nullptr);
   for (size_t i = 0; i < n; ++i) {
     if (choice.plans[i]) {
-      moved.push_back(inputs[i]->local());
-      MF_RETURN_IF_ERROR(ExecutePlan(*choice.plans[i], ctx, moved.back()));
+      // A redistribution started ahead (FSDP prefetch) is taken instead of running the plan.
+      if (std::optional<StatusOr<DTensor>> pre = ctx.prefetches().Take(*inputs[i], choice.plans[i]->to)) {
+        if (!pre->ok()) return pre->status();
+        moved.push_back(std::move((*pre)->mutable_local()));
+      } else {
+        moved.push_back(inputs[i]->local());
+        MF_RETURN_IF_ERROR(ExecutePlan(*choice.plans[i], ctx, moved.back()));
+      }
       locals[i] = &moved.back();
     } else {
       locals[i] = &inputs[i]->local();

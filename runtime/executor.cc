@@ -623,43 +623,14 @@ Status ExecutePlan(const Plan& plan, RankContext& ctx, Tensor& local) {
   return s;
 }
 
-struct PendingTensor::State {
-  Tensor local;
-  Status status;
-  // Set by the work once its host part ran: at once on a device stream (the work only enqueues),
-  // later on a host worker stream.
-  std::atomic<bool> ran{false};
-  std::shared_ptr<Event> done;
-  std::shared_ptr<Stream> compute;
-  bool taken = false;
-};
-
-bool PendingTensor::Ready() const { return state_ != nullptr && (state_->done == nullptr || state_->done->Query()); }
-
-StatusOr<Tensor> PendingTensor::Wait() {
-  if (state_ == nullptr) return FailedPreconditionError("PendingTensor::Wait on an empty handle");
-  State& st = *state_;
-  if (st.taken) return FailedPreconditionError("PendingTensor::Wait called twice");
-  st.taken = true;
-  if (st.done != nullptr) {
-    // A host stream's work still to run holds `local`: wait for it on the host. A device stream's
-    // work has run (it enqueued the device work): the compute stream waits for the device work.
-    if (!st.ran.load(std::memory_order_acquire)) MF_RETURN_IF_ERROR(st.done->Synchronize());
-    MF_RETURN_IF_ERROR(st.compute->WaitEvent(st.done));
-  }
-  MF_RETURN_IF_ERROR(st.status);
-  if (!st.local.is_host()) st.local.mutable_buffer().Rehome(st.compute);
-  return std::move(st.local);
-}
-
-StatusOr<PendingTensor> ExecutePlanAsync(std::shared_ptr<const Plan> plan, RankContext& ctx, Tensor local) {
+StatusOr<PendingTensor> ExecutePlanAsync(std::shared_ptr<const Plan> plan, RankContext& ctx, Tensor local,
+                                         const char* label) {
   if (plan == nullptr) return InvalidArgumentError("ExecutePlanAsync: null plan");
   MF_RETURN_IF_ERROR(CheckPlanArgs(*plan, ctx, local));
-  auto st = std::make_shared<PendingTensor::State>();
+  auto st = std::make_shared<PendingTensorState>();
   st->local = std::move(local);
   st->compute = ctx.compute_stream_ptr();
-  PendingTensor pending;
-  pending.state_ = st;
+  PendingTensor pending(st);
   if (plan->steps.empty()) return pending;
   UseOnComm(ctx, st->local);
   const Env env = MakeEnv(ctx);
@@ -672,9 +643,98 @@ StatusOr<PendingTensor> ExecutePlanAsync(std::shared_ptr<const Plan> plan, RankC
         st->ran.store(true, std::memory_order_release);
         return Status();  // the error goes to Wait, not to the stream
       },
-      "plan (async)"));
+      label));
   MF_ASSIGN_OR_RETURN(st->done, comm.RecordEvent());
   return pending;
+}
+
+namespace {
+
+// True when every plan is one all_reduce over the same mesh dims and reduction, and every tensor has
+// one dtype: the bucket can be reduced by one all_reduce of the packed locals.
+bool FusableAllReduce(const std::vector<std::shared_ptr<const Plan>>& plans) {
+  if (plans.size() < 2) return false;
+  const PlanStep* first = nullptr;
+  for (const auto& p : plans) {
+    if (p->steps.size() != 1 || p->steps[0].kind != StepKind::kAllReduce) return false;
+    const PlanStep& s = p->steps[0];
+    if (first == nullptr) {
+      first = &s;
+      continue;
+    }
+    if (s.mesh_dims != first->mesh_dims || s.from.partial_op() != first->from.partial_op() ||
+        p->dtype != plans[0]->dtype) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// One all_reduce of the packed locals (FusableAllReduce), written back into each local.
+Status RunFusedAllReduce(const PlanStep& step, const Env& env, std::vector<std::shared_ptr<PendingTensorState>>& sts) {
+  MF_ASSIGN_OR_RETURN(GroupInfo g, GetGroup(env, step.mesh_dims));
+  const std::optional<ReduceOp> op = step.from.partial_op();
+  if (!op) return InternalError("all_reduce step from a layout without Partial: " + step.from.ToString());
+  const DType dtype = sts[0]->local.dtype();
+  int64_t total = 0;
+  for (const auto& st : sts) total += st->local.NumElements();
+  const int64_t es = DTypeSize(dtype);
+  MF_ASSIGN_OR_RETURN(TensorBuffer flat, env.pool->Take(total * es));
+  int64_t pos = 0;
+  for (const auto& st : sts) {
+    MF_RETURN_IF_ERROR(env.rt->Copy(flat.data() + pos, st->local.raw(), st->local.NumBytes(), *env.stream));
+    pos += st->local.NumBytes();
+  }
+  MF_RETURN_IF_ERROR(g.comm->AllReduce(flat.data(), flat.data(), total, dtype, *op, *env.stream));
+  pos = 0;
+  for (const auto& st : sts) {
+    MF_RETURN_IF_ERROR(env.rt->Copy(st->local.raw(), flat.data() + pos, st->local.NumBytes(), *env.stream));
+    pos += st->local.NumBytes();
+  }
+  env.pool->Give(std::move(flat));
+  return Status();
+}
+
+}  // namespace
+
+StatusOr<std::vector<PendingTensor>> ExecutePlansAsync(std::vector<std::shared_ptr<const Plan>> plans, RankContext& ctx,
+                                                       std::vector<Tensor> locals) {
+  if (plans.size() != locals.size()) {
+    return InvalidArgumentError("ExecutePlansAsync: " + std::to_string(plans.size()) + " plans for " +
+                                std::to_string(locals.size()) + " tensors");
+  }
+  std::vector<std::shared_ptr<PendingTensorState>> sts;
+  std::vector<PendingTensor> out;
+  for (size_t i = 0; i < plans.size(); ++i) {
+    if (plans[i] == nullptr) return InvalidArgumentError("ExecutePlansAsync: null plan " + std::to_string(i));
+    MF_RETURN_IF_ERROR(CheckPlanArgs(*plans[i], ctx, locals[i]));
+    auto st = std::make_shared<PendingTensorState>();
+    st->local = std::move(locals[i]);
+    st->compute = ctx.compute_stream_ptr();
+    UseOnComm(ctx, st->local);
+    sts.push_back(st);
+    out.emplace_back(st);
+  }
+  if (plans.empty()) return out;
+  const Env env = MakeEnv(ctx);
+  const bool fused = FusableAllReduce(plans);
+  Stream& comm = ctx.comm_stream();
+  MF_RETURN_IF_ERROR(StreamWaitStream(comm, ctx.compute_stream()));
+  MF_RETURN_IF_ERROR(comm.Enqueue(
+      [sts, plans, env, fused]() mutable {
+        if (fused) {
+          const Status s = RunFusedAllReduce(plans[0]->steps[0], env, sts).WithContext("bucket all_reduce");
+          for (auto& st : sts) st->status = s;
+        } else {
+          for (size_t i = 0; i < sts.size(); ++i) sts[i]->status = RunSteps(*plans[i], env, sts[i]->local);
+        }
+        for (auto& st : sts) st->ran.store(true, std::memory_order_release);
+        return Status();  // errors go to Wait
+      },
+      fused ? "bucket (fused all_reduce)" : "bucket"));
+  MF_ASSIGN_OR_RETURN(std::shared_ptr<Event> done, comm.RecordEvent());
+  for (auto& st : sts) st->done = done;
+  return out;
 }
 
 }  // namespace meshflow

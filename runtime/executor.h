@@ -34,10 +34,12 @@
 #define MESHFLOW_RUNTIME_EXECUTOR_H_
 
 #include <memory>
+#include <vector>
 
 #include "meshflow/base/status.h"
 #include "meshflow/dtensor/tensor.h"
 #include "meshflow/planner/plan.h"
+#include "meshflow/runtime/pending.h"
 #include "meshflow/runtime/rank_context.h"
 
 namespace meshflow {
@@ -47,28 +49,22 @@ Status ExecutePlan(const Plan& plan, RankContext& ctx, Tensor& local);
 // One step (exposed for tests), synchronous like ExecutePlan.
 Status ExecuteStep(const PlanStep& step, RankContext& ctx, Tensor& local);
 
-// The result of an asynchronous execution.
-class PendingTensor {
- public:
-  PendingTensor() = default;
-  bool valid() const { return state_ != nullptr; }
-  // True once the steps ran (the result can be taken without blocking the host).
-  bool Ready() const;
-  // Makes the compute stream wait for the steps (on the host: blocks until they ran) and returns
-  // the result. Errors: the execution's; FailedPrecondition when called twice or on an empty handle.
-  StatusOr<Tensor> Wait();
-
- private:
-  friend StatusOr<PendingTensor> ExecutePlanAsync(std::shared_ptr<const Plan> plan, RankContext& ctx, Tensor local);
-  struct State;
-  std::shared_ptr<State> state_;
-};
-
 // Enqueues the plan on the communication stream after the compute issued so far and returns at
 // once. `local` (laid out as plan->from) is moved into the execution; the plan is kept alive by it.
 // Errors (at once): those of ExecutePlan's argument checks; the execution's own errors come from
 // PendingTensor::Wait.
-StatusOr<PendingTensor> ExecutePlanAsync(std::shared_ptr<const Plan> plan, RankContext& ctx, Tensor local);
+// `label` names the work on the communication stream's timeline (a string with static storage).
+StatusOr<PendingTensor> ExecutePlanAsync(std::shared_ptr<const Plan> plan, RankContext& ctx, Tensor local,
+                                         const char* label = "plan (async)");
+
+// Several plans in one work item of the communication stream (a gradient bucket), each with its own
+// result. When every plan is one all_reduce step over the same mesh dims with the same reduction,
+// on tensors of one dtype, the locals are packed into one buffer and reduced by ONE all_reduce:
+// every element is reduced with the same rank-order fold, so the results have the bits of one
+// all_reduce per tensor, with one collective's latency. Otherwise the plans run one after another.
+// Errors: ExecutePlanAsync's per plan (at once), a plan count other than the tensor count.
+StatusOr<std::vector<PendingTensor>> ExecutePlansAsync(std::vector<std::shared_ptr<const Plan>> plans, RankContext& ctx,
+                                                       std::vector<Tensor> locals);
 
 }  // namespace meshflow
 

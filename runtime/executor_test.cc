@@ -13,6 +13,7 @@
 
 #include "meshflow/runtime/buffer_pool.h"
 #include "meshflow/runtime/rank_context.h"
+#include "meshflow/runtime/redistribute.h"
 #include "meshflow/collectives/threads/threads_world.h"
 #include "meshflow/dtensor/dtensor.h"
 #include "meshflow/planner/planner.h"
@@ -219,6 +220,108 @@ TEST(ExecutorTest, SendRecvBookkeepingIsCachedPerStepNotPerPlanObject) {
     return Status();
   });
   EXPECT_TRUE(s.ok()) << s.ToString();
+}
+
+}  // namespace
+}  // namespace meshflow
+
+namespace meshflow {
+namespace {
+
+Status OnWorld4(const std::function<Status(RankContext&)>& body) {
+  static ThreadWorld* world = ThreadWorld::Create(4).value().release();
+  const DeviceMesh mesh = *DeviceMesh::Create({4}, {"dp"});
+  return world->Run([&](Communicator& comm) -> Status {
+    MF_ASSIGN_OR_RETURN(RankContext ctx, RankContext::Create(comm, mesh));
+    return body(ctx);
+  });
+}
+
+// A Partial(sum) tensor whose rank-r part is a deterministic function of r.
+StatusOr<DTensor> PartialOf(int64_t n, int seed, RankContext& ctx) {
+  Tensor t = Tensor::Zeros(DType::kF32, {n});
+  for (int64_t i = 0; i < n; ++i) {
+    t.SetFromDouble(i, 0.1 * static_cast<double>((i * 13 + seed * 7 + ctx.world_rank() * 5) % 29) - 1.3);
+  }
+  MF_ASSIGN_OR_RETURN(Layout l, Layout::Create({n}, ctx.mesh(), {Partial{ReduceOp::kSum}}));
+  return DTensor::FromLocal(std::move(t), l, ctx.world_rank());
+}
+
+// A bucket of all-reduces runs as one fused collective and gives every tensor the bits of its own
+// Redistribute; a mixed bucket runs its plans one by one.
+TEST(ExecutePlansAsyncTest, FusedAllReduceEqualsOneAllReduceEach) {
+  const Status s = OnWorld4([](RankContext& ctx) -> Status {
+    MF_ASSIGN_OR_RETURN(Layout r3, Layout::Create({3}, ctx.mesh(), {Replicate{}}));
+    MF_ASSIGN_OR_RETURN(Layout r1000, Layout::Create({1000}, ctx.mesh(), {Replicate{}}));
+    MF_ASSIGN_OR_RETURN(Layout r77, Layout::Create({77}, ctx.mesh(), {Replicate{}}));
+    for (bool mixed : {false, true}) {
+      std::vector<DTensor> xs;
+      MF_ASSIGN_OR_RETURN(DTensor a, PartialOf(3, 1, ctx));
+      MF_ASSIGN_OR_RETURN(DTensor b, PartialOf(1000, 2, ctx));
+      MF_ASSIGN_OR_RETURN(DTensor c, PartialOf(77, 3, ctx));
+      std::vector<Layout> targets = {r3, r1000, r77};
+      if (mixed) {  // c: S(0) -> R, an all-gather
+        MF_ASSIGN_OR_RETURN(Layout s77, Layout::Create({77}, ctx.mesh(), {Shard{0}}));
+        MF_ASSIGN_OR_RETURN(DTensor cs, Redistribute(c, s77, ctx));
+        c = std::move(cs);
+      }
+      std::vector<DTensor> want;
+      for (int i = 0; i < 3; ++i) {
+        const DTensor& x = i == 0 ? a : i == 1 ? b : c;
+        MF_ASSIGN_OR_RETURN(DTensor w, Redistribute(x, targets[static_cast<size_t>(i)], ctx));
+        want.push_back(std::move(w));
+      }
+      ctx.comm_stream().set_record_timeline(true);
+      (void)ctx.comm_stream().TakeTimeline();
+      MF_ASSIGN_OR_RETURN(std::vector<PendingDTensor> pending, RedistributeBucketAsync({a, b, c}, targets, ctx));
+      for (size_t i = 0; i < pending.size(); ++i) {
+        MF_ASSIGN_OR_RETURN(DTensor got, pending[i].Wait());
+        if (!(got.local() == want[i].local()) || !(got.layout() == targets[i])) {
+          return InternalError("bucket tensor " + std::to_string(i) + (mixed ? " (mixed)" : ""));
+        }
+      }
+      const std::vector<StreamRecord> t = ctx.comm_stream().TakeTimeline();
+      ctx.comm_stream().set_record_timeline(false);
+      const std::string want_label = mixed ? "bucket" : "bucket (fused all_reduce)";
+      if (t.size() != 1 || t[0].label != want_label) return InternalError("expected one '" + want_label + "' item");
+    }
+    // Errors: counts.
+    MF_ASSIGN_OR_RETURN(DTensor a, PartialOf(3, 1, ctx));
+    if (RedistributeBucketAsync({a}, {}, ctx).status().code() != StatusCode::kInvalidArgument) {
+      return InternalError("count mismatch accepted");
+    }
+    return Status::Ok();
+  });
+  EXPECT_TRUE(s.ok()) << s;
+}
+
+// A prefetch serves exactly one use of exactly the tensor (and storage) it was made from.
+TEST(PrefetchCacheTest, ServesOneUseOfTheSameTensor) {
+  const Status s = OnWorld4([](RankContext& ctx) -> Status {
+    MF_ASSIGN_OR_RETURN(Layout sharded, Layout::Create({8, 4}, ctx.mesh(), {Shard{0}}));
+    MF_ASSIGN_OR_RETURN(Layout full, Layout::Create({8, 4}, ctx.mesh(), {Replicate{}}));
+    const Tensor global = Tensor::Iota(DType::kF32, {8, 4});
+    MF_ASSIGN_OR_RETURN(DTensor w, Distribute(global, sharded, ctx.world_rank()));
+    PrefetchCache& cache = ctx.prefetches();
+    MF_RETURN_IF_ERROR(PrefetchRedistribute(w, full, ctx));
+    MF_RETURN_IF_ERROR(PrefetchRedistribute(w, full, ctx));  // the same: not started twice
+    if (!cache.Contains(w, full) || cache.size() != 1) return InternalError("contains");
+    DTensor other = w;  // another tensor, same values: not served
+    if (cache.Take(other, full).has_value()) return InternalError("served another tensor");
+    std::optional<StatusOr<DTensor>> got = cache.Take(w, full);
+    if (!got.has_value() || !got->ok() || !((*got)->local() == global)) return InternalError("take");
+    if (cache.Take(w, full).has_value()) return InternalError("served twice");
+    // Redistribute itself finds it too; an untaken one is dropped by Clear.
+    MF_RETURN_IF_ERROR(PrefetchRedistribute(w, full, ctx));
+    MF_RETURN_IF_ERROR(cache.Clear());
+    if (cache.size() != 0 || cache.stats().dropped != 1 || cache.stats().hits != 1 || cache.stats().issued != 2) {
+      return InternalError("stats");
+    }
+    // Already in the target: nothing to start.
+    MF_RETURN_IF_ERROR(PrefetchRedistribute(w, sharded, ctx));
+    return cache.size() == 0 ? Status::Ok() : InternalError("identity prefetch");
+  });
+  EXPECT_TRUE(s.ok()) << s;
 }
 
 }  // namespace

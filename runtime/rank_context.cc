@@ -1,5 +1,6 @@
 #include "meshflow/runtime/rank_context.h"
 
+#include <chrono>
 #include <string>
 #include <utility>
 
@@ -38,6 +39,7 @@ RankContext::~RankContext() = default;
 
 RankContext::State::~State() {
   // Pending communication may use the pool and the communicators: let it finish first.
+  (void)prefetches.Clear();
   if (comm != nullptr) (void)comm->Synchronize();
   if (compute != nullptr) (void)compute->Synchronize();
   buffers.Clear();
@@ -55,8 +57,14 @@ Status RankContext::RunCollective(std::function<Status()> work, const char* labe
   // stream may still run work the collective reads: order the comm stream after it, and the compute
   // stream after the collective.
   if (!compute.is_inline()) MF_RETURN_IF_ERROR(StreamWaitStream(comm, compute));
+  const auto start = std::chrono::steady_clock::now();
   MF_RETURN_IF_ERROR(comm.RunNow(std::move(wrapped), label));  // `work` has run when this returns
-  if (!compute.is_inline()) MF_RETURN_IF_ERROR(StreamWaitStream(compute, comm));
+  if (compute.is_inline()) {
+    // The rank's thread ran (or waited for) the collective: exposed communication.
+    compute.RecordBlocked(label, start, std::chrono::steady_clock::now());
+  } else {
+    MF_RETURN_IF_ERROR(StreamWaitStream(compute, comm));
+  }
   return result;
 }
 

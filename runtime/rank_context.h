@@ -50,6 +50,7 @@
 #include "meshflow/runtime/buffer_pool.h"
 #include "meshflow/runtime/device.h"
 #include "meshflow/runtime/device_runtime.h"
+#include "meshflow/runtime/prefetch_cache.h"
 #include "meshflow/runtime/send_recv_cache.h"
 #include "meshflow/runtime/stream.h"
 
@@ -104,6 +105,9 @@ class RankContext {
   // The executor's send_recv schedules (runtime/send_recv_cache.h), one per distinct step. Used
   // from communication work only.
   SendRecvCache& send_recv_cache() { return state_->send_recv_cache; }
+  // Redistributions started ahead of the op that needs them (runtime/prefetch_cache.h; FSDP
+  // prefetch). Used by the rank's thread.
+  PrefetchCache& prefetches() { return state_->prefetches; }
 
  private:
   struct State {
@@ -114,6 +118,7 @@ class RankContext {
     std::shared_ptr<Stream> compute, comm;
     BufferPool buffers;
     SendRecvCache send_recv_cache;
+    PrefetchCache prefetches;
   };
   explicit RankContext(std::unique_ptr<State> state) : state_(std::move(state)) {}
   std::unique_ptr<State> state_;

@@ -22,6 +22,7 @@
 #define MESHFLOW_RUNTIME_REDISTRIBUTE_H_
 
 #include <optional>
+#include <vector>
 
 #include "meshflow/base/status.h"
 #include "meshflow/dtensor/dtensor.h"
@@ -49,6 +50,10 @@ class PendingDTensor {
  private:
   friend StatusOr<PendingDTensor> RedistributeAsync(DTensor x, const Layout& target, RankContext& ctx,
                                                     const RedistributeOptions& options);
+  friend StatusOr<std::vector<PendingDTensor>> RedistributeBucketAsync(std::vector<DTensor> xs,
+                                                                       const std::vector<Layout>& targets,
+                                                                       RankContext& ctx,
+                                                                       const RedistributeOptions& options);
   PendingTensor pending_;
   std::optional<Layout> target_;
   int rank_ = 0;
@@ -60,6 +65,19 @@ class PendingDTensor {
 // argument and planner errors at once; communicator errors from Wait.
 StatusOr<PendingDTensor> RedistributeAsync(DTensor x, const Layout& target, RankContext& ctx,
                                            const RedistributeOptions& options = {});
+
+// Collective, asynchronous: RedistributeAsync of several tensors in one communication work item (a
+// gradient bucket; ExecutePlansAsync: one fused all_reduce when every plan is the same all_reduce).
+// Errors: RedistributeAsync's per tensor; a target count other than the tensor count.
+StatusOr<std::vector<PendingDTensor>> RedistributeBucketAsync(std::vector<DTensor> xs, const std::vector<Layout>& targets,
+                                                              RankContext& ctx, const RedistributeOptions& options = {});
+
+// Collective, asynchronous: starts Redistribute(x, target) on the communication stream (of a copy of
+// x) and files it in ctx.prefetches() (runtime/prefetch_cache.h), where the eager op that needs x
+// in `target` finds it. Nothing is started when x is already in `target` or the same prefetch is
+// waiting. Errors: RedistributeAsync's.
+Status PrefetchRedistribute(const DTensor& x, const Layout& target, RankContext& ctx,
+                            const RedistributeOptions& options = {});
 
 // Collective: the whole global tensor on every rank (Partial values reduced).
 StatusOr<Tensor> FullTensor(const DTensor& x, RankContext& ctx);

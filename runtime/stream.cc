@@ -66,10 +66,10 @@ class StreamBook {
     stats_.busy_us += MicrosBetween(start, end);
     if (record_) records_.push_back({label != nullptr ? label : "", start, end});
   }
-  void Wait(Clock::time_point start, Clock::time_point end) {
+  void Wait(Clock::time_point start, Clock::time_point end, const char* label = "wait") {
     std::lock_guard<std::mutex> lock(mu_);
     stats_.wait_us += MicrosBetween(start, end);
-    if (record_) records_.push_back({"wait", start, end});
+    if (record_) records_.push_back({label, start, end});
   }
 
  private:
@@ -269,6 +269,9 @@ class InlineHostStream final : public Stream {
   }
   bool Query() override { return true; }
   Status Synchronize() override { return status(); }
+  void RecordBlocked(const char* label, Clock::time_point start, Clock::time_point end) override {
+    book_.Wait(start, end, label != nullptr ? label : "blocked");
+  }
   Status status() const override {
     std::lock_guard<std::mutex> lock(mu_);
     return error_;

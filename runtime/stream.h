@@ -116,6 +116,12 @@ class Stream {
   // True when work runs on the caller's thread as it is enqueued (inline host streams).
   virtual bool is_inline() const { return false; }
 
+  // Notes on this stream's timeline and wait time that its thread was blocked on other work from
+  // `start` to `end` (an inline stream's caller running a collective: exposed communication).
+  // Other streams ignore it.
+  virtual void RecordBlocked(const char* label, std::chrono::steady_clock::time_point start,
+                             std::chrono::steady_clock::time_point end) {}
+
   virtual void set_record_timeline(bool on) = 0;
   // The records since the last call (or since recording started), in order.
   virtual std::vector<StreamRecord> TakeTimeline() = 0;
