@@ -52,6 +52,9 @@ StatusOr<DTensor> ScalarLike(const DTensor& like, double value) {
   MF_ASSIGN_OR_RETURN(Layout layout, Layout::Create({}, mesh, Placements(static_cast<size_t>(mesh.ndim()), Replicate{})));
   Tensor t = Tensor::Zeros(like.dtype(), {});
   t.SetFromDouble(0, value);
+  if (!like.local().is_host()) {  // on `like`'s device, in its stream's order
+    MF_ASSIGN_OR_RETURN(t, t.CopyTo(like.local().device(), like.local().stream()));
+  }
   return DTensor::FromLocal(std::move(t), std::move(layout), like.rank());
 }
 

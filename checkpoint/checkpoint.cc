@@ -22,6 +22,7 @@
 #include <set>
 
 #include "meshflow/base/checksum.h"
+#include "meshflow/runtime/device_copy.h"
 #include "meshflow/runtime/redistribute.h"
 
 namespace meshflow {
@@ -516,6 +517,8 @@ Status SaveCheckpoint(const std::string& dir_in, const std::vector<std::pair<std
   // 2. Partial tensors are reduced: saved as the same placements with Partial -> Replicate.
   std::vector<DTensor> reduced;
   reduced.reserve(tensors.size());
+  std::vector<DTensor> on_host;  // host copies of device tensors (the files are written from host memory)
+  on_host.reserve(tensors.size());
   std::vector<PlannedTensor> plan(tensors.size());
   local = Status();
   for (size_t i = 0; i < tensors.size() && local.ok(); ++i) {
@@ -537,6 +540,15 @@ Status SaveCheckpoint(const std::string& dir_in, const std::vector<std::pair<std
       }
       reduced.push_back(*std::move(y));
       x = &reduced.back();
+    }
+    if (!x->local().is_host()) {
+      StatusOr<DTensor> h = OnHost(*x);
+      if (!h.ok()) {
+        local = h.status().WithContext("SaveCheckpoint: copying '" + tensors[i].first + "' to the host");
+        break;
+      }
+      on_host.push_back(*std::move(h));
+      x = &on_host.back();
     }
     plan[i].x = x;
     plan[i].chunks = PlanChunks(x->layout(), x->dtype(), comm.world_ranks());
@@ -1298,7 +1310,12 @@ StatusOr<std::vector<DTensor>> LoadTensors(const std::string& dir, const std::ve
   for (int attempt = 1;; ++attempt) {
     std::vector<DTensor> out;
     const Status st = LoadAttempt(dir, requests, ctx, out, stats != nullptr ? *stats : local_stats);
-    if (st.ok()) return out;
+    if (st.ok()) {
+      for (DTensor& t : out) {
+        MF_ASSIGN_OR_RETURN(t, OnRankDevice(std::move(t), ctx));  // read on the host
+      }
+      return out;
+    }
     const bool mismatch = st.code() == StatusCode::kAborted && st.message().find(kPinMismatch) != std::string::npos;
     if (!mismatch) return st;
     if (attempt == kLoadPinAttempts) {

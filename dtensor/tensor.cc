@@ -51,9 +51,16 @@ Status CopyBytesOn(const TensorBuffer& src, TensorBuffer& dst, int64_t bytes, co
                                 " on stream '" + stream->name() + "' of " + stream->device().ToString());
   }
   MF_ASSIGN_OR_RETURN(DeviceRuntime * rt, GetDeviceRuntime(on));
-  const std::byte* from = src.data();
   std::byte* to = dst.data();
   Stream& s = *stream;
+  if (src.device().is_host()) {
+    // The copy may run after the caller freed or changed the host source (it is stream work): it
+    // reads a staged copy the work owns (CUDA stages pageable host memory the same way).
+    auto staged = std::make_shared<TensorBuffer>(bytes);
+    std::memcpy(staged->data(), src.data(), static_cast<size_t>(bytes));
+    return stream->Enqueue([rt, staged, to, bytes, &s]() { return rt->Copy(to, staged->data(), bytes, s); }, "copy");
+  }
+  const std::byte* from = src.data();
   return stream->Enqueue([rt, from, to, bytes, &s]() { return rt->Copy(to, from, bytes, s); }, "copy");
 }
 

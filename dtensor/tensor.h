@@ -120,7 +120,9 @@ class Tensor {
   // A copy on `device` (host <-> device, or on the same device), enqueued on `stream` (a stream of
   // the device tensor's side; for host -> host any host stream, run at once). The result's bytes
   // are valid once the stream ran the copy: read a host result after stream->Synchronize() (or an
-  // event recorded after the call). The source must stay alive and unchanged until then.
+  // event recorded after the call). A host source is staged at the call (it may be freed or changed
+  // right after); a device source must stay alive until the stream ran the copy (a block freed
+  // before is reused only in its home stream's order: copy on that stream).
   // Errors: allocation, a stream on neither side's device, the copy's.
   StatusOr<Tensor> CopyTo(Device device, std::shared_ptr<Stream> stream) const;
   // CopyTo(Device::Host(), home stream) and a wait for it; a host tensor is copied.

@@ -7,6 +7,7 @@
 #include "meshflow/dtensor/layout.h"
 #include "meshflow/dtensor/placement.h"
 #include "meshflow/ops/shape_util.h"
+#include "meshflow/runtime/device_copy.h"
 
 namespace meshflow::lm {
 
@@ -109,6 +110,7 @@ StatusOr<Variable> Gpt::Forward(const Variable& ids, RankContext& ctx) const {
   const DeviceMesh& mesh = ids.value().layout().mesh();
   MF_ASSIGN_OR_RETURN(Layout pl, Layout::Create({t}, mesh, Placements(static_cast<size_t>(mesh.ndim()), Replicate{})));
   MF_ASSIGN_OR_RETURN(DTensor pd, Distribute(positions, pl, ctx.world_rank()));
+  MF_ASSIGN_OR_RETURN(pd, OnRankDevice(std::move(pd), ctx));
   MF_ASSIGN_OR_RETURN(Variable pos_ids, Variable::Leaf(std::move(pd), false));
   if (hooks_ != nullptr) MF_RETURN_IF_ERROR(hooks_->BeginForward(ctx));
   MF_ASSIGN_OR_RETURN(Variable te, tok_->Forward(ids, ctx));

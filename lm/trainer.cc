@@ -23,6 +23,7 @@
 #include "meshflow/train/checkpointer.h"
 #include "meshflow/optim/optimizer.h"
 #include "meshflow/optim/schedule.h"
+#include "meshflow/runtime/device_copy.h"
 #include "meshflow/optim/grad_reducer.h"
 #include "meshflow/nn/fsdp_blocks.h"
 
@@ -204,6 +205,10 @@ StatusOr<TrainSummary> TrainLm(Communicator& world, const RankInfo& me, const Tr
   MF_ASSIGN_OR_RETURN(PlanKind plan, ParsePlan(o.plan));
   MF_ASSIGN_OR_RETURN(MeshSpec spec, ResolveMesh(plan, o.mesh, me.size));
   MF_ASSIGN_OR_RETURN(DeviceMesh mesh, DeviceMesh::Create(spec.shape, spec.names));
+  if (world.device().is_host() != o.device.is_host()) {
+    return InvalidArgumentError("TrainLm: --device " + std::string(o.device.is_host() ? "host" : "cuda") +
+                                " but the world communicator's ranks are on " + world.device().ToString());
+  }
   MF_ASSIGN_OR_RETURN(RankContext ctx, RankContext::Create(world, mesh));
   MF_ASSIGN_OR_RETURN(std::shared_ptr<TokenFileDataset> ds, OpenCorpus(o));
 
@@ -414,7 +419,8 @@ StatusOr<TrainSummary> TrainLm(Communicator& world, const RankInfo& me, const Tr
     }
     const double lr = schedule.LrAt(step);
     MF_RETURN_IF_ERROR(opt->set_lr(lr));
-    MF_ASSIGN_OR_RETURN(Variable loss, gpt->Loss(batch.data, ctx));
+    MF_ASSIGN_OR_RETURN(DTensor tokens, OnRankDevice(std::move(batch.data), ctx));  // a GPU rank's batch: copied
+    MF_ASSIGN_OR_RETURN(Variable loss, gpt->Loss(tokens, ctx));
     MF_RETURN_IF_ERROR(Backward(loss, ctx));
     if (reducer) MF_RETURN_IF_ERROR(reducer->Finish(ctx));
     if (fsdp_blocks) MF_RETURN_IF_ERROR(fsdp_blocks->Finish(ctx));
@@ -422,6 +428,7 @@ StatusOr<TrainSummary> TrainLm(Communicator& world, const RankInfo& me, const Tr
     MF_RETURN_IF_ERROR(opt->Step(grads, ctx, {.max_grad_norm = o.max_grad_norm}));
     gpt->ZeroGrad();
     MF_ASSIGN_OR_RETURN(Tensor lv, FullTensor(loss.value(), ctx));
+    MF_ASSIGN_OR_RETURN(lv, OnHost(std::move(lv)));
     last_loss = lv.GetAsDouble(0);
     if (!std::isfinite(last_loss)) {
       return InternalError("the loss is not finite at step " + std::to_string(step) + " (lower --lr?)");

@@ -40,6 +40,7 @@
 #include "meshflow/base/status.h"
 #include "meshflow/collectives/communicator.h"
 #include "meshflow/launch/world.h"
+#include "meshflow/runtime/device.h"
 #include "meshflow/lm/gpt.h"
 #include "meshflow/lm/plan.h"
 
@@ -47,6 +48,9 @@ namespace meshflow::lm {
 
 struct TrainLmOptions {
   std::string corpus;                // .mftok token file (data/token_file.h), e.g. from text_to_tokens
+  // Where the model trains: the host, or the GPU of the world communicator's rank (its device(),
+  // set by launch/: NCCL or staged worlds). TrainLm checks that the world's device is of this kind.
+  Device device = Device::Host();
   GptConfig model;
   std::string plan = "ddp";
   std::optional<MeshSpec> mesh;      // nullopt: the plan's default on the world

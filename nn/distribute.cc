@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "meshflow/ops/shape_util.h"
+#include "meshflow/runtime/device_copy.h"
 
 namespace meshflow::nn {
 namespace {
@@ -16,7 +17,8 @@ constexpr int64_t kOk = 0, kNull = 1, kBadShape = 2;
 }  // namespace
 
 StatusOr<DTensor> Distribute(const Tensor& global, const Layout& layout, const RankContext& ctx) {
-  return meshflow::Distribute(global, layout, ctx.world_rank());
+  MF_ASSIGN_OR_RETURN(DTensor d, meshflow::Distribute(global, layout, ctx.world_rank()));
+  return OnRankDevice(std::move(d), ctx);
 }
 
 namespace {
@@ -104,7 +106,8 @@ StatusOr<DTensor> DistributeFrom(const Tensor* global, const Layout& layout, int
         return Status::Ok();
       },
       "distribute_from"));
-  return std::move(*result);
+  MF_ASSIGN_OR_RETURN(DTensor d, std::move(*result));
+  return OnRankDevice(std::move(d), ctx);  // staged through the host, kept on the rank's device
 }
 
 }  // namespace meshflow::nn

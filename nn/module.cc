@@ -6,6 +6,7 @@
 
 #include "meshflow/autograd/functions.h"
 #include "meshflow/ops/shape_util.h"
+#include "meshflow/runtime/device_copy.h"
 
 namespace meshflow::nn {
 namespace {
@@ -42,6 +43,7 @@ StatusOr<Variable> ConstantLike(const Tensor& global, const DTensor& like, const
   MF_ASSIGN_OR_RETURN(Layout l, Layout::Create(global.shape(), like.layout().mesh(),
                                                Placements(static_cast<size_t>(like.layout().mesh().ndim()), Replicate{})));
   MF_ASSIGN_OR_RETURN(DTensor d, meshflow::Distribute(global, l, ctx.world_rank()));
+  MF_ASSIGN_OR_RETURN(d, OnRankDevice(std::move(d), ctx));  // a device rank's constants live on its device
   return Variable::Leaf(std::move(d), false);
 }
 
@@ -130,6 +132,7 @@ StatusOr<Variable> MakeParameter(std::vector<int64_t> shape, DType dtype, uint64
   MF_ASSIGN_OR_RETURN(Layout l, Layout::Create(std::move(shape), mesh,
                                                Placements(static_cast<size_t>(mesh.ndim()), Replicate{})));
   MF_ASSIGN_OR_RETURN(DTensor d, meshflow::Distribute(t, l, ctx.world_rank()));
+  MF_ASSIGN_OR_RETURN(d, OnRankDevice(std::move(d), ctx));  // made on the host, kept on the rank's device
   return Variable::Leaf(std::move(d), true);
 }
 

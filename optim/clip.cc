@@ -8,6 +8,8 @@
 #include "meshflow/base/strings.h"
 #include "meshflow/dtensor/dtype.h"
 #include "meshflow/dtensor/placement.h"
+#include "meshflow/optim/device_math.h"
+#include "meshflow/runtime/device_copy.h"
 #include "meshflow/runtime/redistribute.h"
 
 namespace meshflow {
@@ -24,12 +26,13 @@ Placements WithoutPartial(const Placements& ps) {
 // Sum of squares (in double) of the elements this rank owns of a DTensor without Partial
 // placements: all of its local elements when it sits at coordinate 0 of every Replicate mesh dim,
 // none otherwise (Shard boxes are disjoint, so every global element is owned exactly once).
-StatusOr<double> OwnedSumOfSquares(const DTensor& x) {
+StatusOr<double> OwnedSumOfSquares(const DTensor& x, RankContext& ctx) {
   const Layout& layout = x.layout();
   MF_ASSIGN_OR_RETURN(std::vector<int64_t> coord, layout.mesh().Coordinate(x.rank()));
   for (int d = 0; d < layout.mesh().ndim(); ++d) {
     if (IsReplicate(layout.placement(d)) && coord[static_cast<size_t>(d)] != 0) return 0.0;
   }
+  if (!x.local().is_host()) return optim_internal::SumOfSquaresOnDevice(x.local(), ctx.compute_stream_ptr());
   double sum = 0;
   VisitDType(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
@@ -55,8 +58,10 @@ StatusOr<double> MeshSum(double mine, RankContext& ctx) {
   Placements partial(static_cast<size_t>(mesh.ndim()), Partial{ReduceOp::kSum});
   MF_ASSIGN_OR_RETURN(Layout layout, Layout::Create({1}, mesh, std::move(partial)));
   MF_ASSIGN_OR_RETURN(Tensor local, Tensor::FromVector<double>({1}, {mine}));
+  MF_ASSIGN_OR_RETURN(local, OnRankDevice(std::move(local), ctx));
   MF_ASSIGN_OR_RETURN(DTensor scalar, DTensor::FromLocal(std::move(local), layout, ctx.world_rank()));
   MF_ASSIGN_OR_RETURN(Tensor full, FullTensor(scalar, ctx));
+  MF_ASSIGN_OR_RETURN(full, OnHost(std::move(full)));
   return full.data<double>()[0];
 }
 
@@ -82,10 +87,10 @@ StatusOr<double> NormOf(std::span<const DTensor* const> grads, RankContext& ctx)
       MF_ASSIGN_OR_RETURN(Layout reduced, g->layout().WithPlacements(WithoutPartial(g->layout().placements()),
                                                                      g->layout().shard_order()));
       MF_ASSIGN_OR_RETURN(DTensor r, Redistribute(*g, reduced, ctx));
-      MF_ASSIGN_OR_RETURN(double s, OwnedSumOfSquares(r));
+      MF_ASSIGN_OR_RETURN(double s, OwnedSumOfSquares(r, ctx));
       mine += s;
     } else {
-      MF_ASSIGN_OR_RETURN(double s, OwnedSumOfSquares(*g));
+      MF_ASSIGN_OR_RETURN(double s, OwnedSumOfSquares(*g, ctx));
       mine += s;
     }
   }
@@ -93,7 +98,8 @@ StatusOr<double> NormOf(std::span<const DTensor* const> grads, RankContext& ctx)
   return std::sqrt(total);
 }
 
-void ScaleLocal(Tensor& t, double coef) {
+Status ScaleLocal(Tensor& t, double coef, RankContext& ctx) {
+  if (!t.is_host()) return optim_internal::ScaleOnDevice(t, coef, ctx.compute_stream_ptr());
   VisitDType(t.dtype(), [&](auto tag) {
     using T = decltype(tag);
     if constexpr (std::is_same_v<T, BFloat16>) {
@@ -104,13 +110,15 @@ void ScaleLocal(Tensor& t, double coef) {
       for (T& v : t.data<T>()) v *= c;
     }
   });
+  return Status::Ok();
 }
 
 // clip_grad_norm_'s coefficient: max_norm / (total + 1e-6), applied when < 1.
-void ApplyClip(std::span<DTensor* const> grads, double total, double max_norm) {
+Status ApplyClip(std::span<DTensor* const> grads, double total, double max_norm, RankContext& ctx) {
   const double coef = max_norm / (total + 1e-6);
-  if (!(coef < 1)) return;
-  for (DTensor* g : grads) ScaleLocal(g->mutable_local(), coef);
+  if (!(coef < 1)) return Status::Ok();
+  for (DTensor* g : grads) MF_RETURN_IF_ERROR(ScaleLocal(g->mutable_local(), coef, ctx));
+  return Status::Ok();
 }
 
 }  // namespace
@@ -132,7 +140,7 @@ StatusOr<double> ClipGradNorm(std::span<DTensor* const> grads, double max_norm, 
   std::vector<const DTensor*> cgrads(grads.begin(), grads.end());
   for (size_t i = 0; i < grads.size(); ++i) MF_RETURN_IF_ERROR(CheckGradForNorm(grads[i], i, ctx.mesh()));
   MF_ASSIGN_OR_RETURN(double total, NormOf(cgrads, ctx));
-  ApplyClip(grads, total, max_norm);
+  MF_RETURN_IF_ERROR(ApplyClip(grads, total, max_norm, ctx));
   return total;
 }
 

@@ -1,6 +1,8 @@
 #include "meshflow/optim/optimizer.h"
 
 #include "meshflow/optim/clip.h"
+#include "meshflow/optim/device_math.h"
+#include "meshflow/runtime/device_copy.h"
 
 #include <cmath>
 #include <cstdio>
@@ -79,6 +81,11 @@ Tensor Convert(const Tensor& t, DType to) {
 
 StatusOr<DTensor> ConvertDTensor(DTensor x, DType to) {
   if (x.dtype() == to) return x;
+  if (!x.local().is_host()) {
+    return UnimplementedError("converting a " + std::string(DTypeName(x.dtype())) + " tensor to " +
+                              std::string(DTypeName(to)) + " on " + x.local().device().ToString() +
+                              ": no device cast kernel yet (bf16 params and gradients train on the host only)");
+  }
   return DTensor::FromLocal(Convert(x.local(), to), x.layout(), x.rank());
 }
 
@@ -182,7 +189,8 @@ StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(std::vector<ParamSpec> pa
     }
     MF_ASSIGN_OR_RETURN(Box box, s.state_layout.LocalBox(ctx.world_rank()));
     auto zeros = [&]() -> StatusOr<DTensor> {
-      return DTensor::FromLocal(Tensor::Zeros(s.compute, box.shape), s.state_layout, ctx.world_rank());
+      MF_ASSIGN_OR_RETURN(Tensor z, OnRankDevice(Tensor::Zeros(s.compute, box.shape), ctx));  // the param's device
+      return DTensor::FromLocal(std::move(z), s.state_layout, ctx.world_rank());
     };
     if (std::holds_alternative<AdamWOptions>(options)) {
       MF_ASSIGN_OR_RETURN(DTensor m, zeros());
@@ -301,6 +309,22 @@ void AdamWUpdate(const AdamWOptions& o, int64_t t, std::span<T> p, std::span<con
 
 }  // namespace
 
+// The update on a device rank's shards: the host loops' math op by op (optim/device_math.h).
+Status Optimizer::UpdateOnDevice(Slot& slot, DTensor& work, const DTensor& grad, int64_t t, RankContext& ctx) {
+  const std::shared_ptr<Stream>& stream = ctx.compute_stream_ptr();
+  if (const auto* sgd = std::get_if<SgdOptions>(&options_)) {
+    Tensor* buf = slot.moments.empty() ? nullptr : &slot.moments[0].second.mutable_local();
+    const optim_internal::SgdHyper h{sgd->lr, sgd->momentum, sgd->dampening, sgd->weight_decay,
+                                     sgd->momentum_kind == MomentumKind::kNesterov};
+    return optim_internal::SgdOnDevice(h, t, work.mutable_local(), grad.local(), buf, stream);
+  }
+  const AdamWOptions& a = std::get<AdamWOptions>(options_);
+  return optim_internal::AdamWOnDevice({a.lr, a.beta1, a.beta2, a.eps, a.weight_decay}, t, work.mutable_local(),
+                                       grad.local(),
+                                       slot.moments[0].second.mutable_local(), slot.moments[1].second.mutable_local(),
+                                       stream);
+}
+
 Status Optimizer::UpdateSlot(Slot& slot, DTensor& grad, RankContext& ctx) {
   ++slot.steps;
   // The working copy of the weights in the state layout: the master, the param itself (same
@@ -321,20 +345,24 @@ Status Optimizer::UpdateSlot(Slot& slot, DTensor& grad, RankContext& ctx) {
                          " != gradient shard " + ShapeString(grad.local().shape()));
   }
   const int64_t t = slot.steps;
-  VisitDType(slot.compute, [&](auto tag) {
-    using T = decltype(tag);
-    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
-      std::span<T> p = work->mutable_local().data<T>();
-      std::span<const T> g = std::as_const(grad).local().data<T>();
-      if (const auto* sgd = std::get_if<SgdOptions>(&options_)) {
-        std::span<T> buf = slot.moments.empty() ? std::span<T>() : slot.moments[0].second.mutable_local().data<T>();
-        SgdUpdate<T>(*sgd, t, p, g, buf);
-      } else {
-        AdamWUpdate<T>(std::get<AdamWOptions>(options_), t, p, g, slot.moments[0].second.mutable_local().data<T>(),
-                       slot.moments[1].second.mutable_local().data<T>());
+  if (!work->local().is_host()) {
+    MF_RETURN_IF_ERROR(UpdateOnDevice(slot, *work, grad, t, ctx));
+  } else {
+    VisitDType(slot.compute, [&](auto tag) {
+      using T = decltype(tag);
+      if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+        std::span<T> p = work->mutable_local().data<T>();
+        std::span<const T> g = std::as_const(grad).local().data<T>();
+        if (const auto* sgd = std::get_if<SgdOptions>(&options_)) {
+          std::span<T> buf = slot.moments.empty() ? std::span<T>() : slot.moments[0].second.mutable_local().data<T>();
+          SgdUpdate<T>(*sgd, t, p, g, buf);
+        } else {
+          AdamWUpdate<T>(std::get<AdamWOptions>(options_), t, p, g, slot.moments[0].second.mutable_local().data<T>(),
+                         slot.moments[1].second.mutable_local().data<T>());
+        }
       }
-    }
-  });
+    });
+  }
   if (work == slot.param) return Status::Ok();
   // Write back: the weights in the param dtype (converted on the state shard, so that an
   // all-gather moves bf16), redistributed to the param layout.

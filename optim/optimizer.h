@@ -176,6 +176,7 @@ class Optimizer {
   struct Slot;
   Optimizer(OptimizerOptions options, std::vector<Slot> slots);
   Status UpdateSlot(Slot& slot, DTensor& grad, RankContext& ctx);
+  Status UpdateOnDevice(Slot& slot, DTensor& work, const DTensor& grad, int64_t t, RankContext& ctx);
 
   OptimizerOptions options_;
   std::vector<Slot> slots_;

@@ -7,6 +7,7 @@
 #include <system_error>
 
 #include "meshflow/checkpoint/checkpoint.h"
+#include "meshflow/runtime/device_copy.h"
 
 namespace meshflow {
 namespace {
@@ -135,7 +136,8 @@ Status CheckpointManager::Save(int64_t step, const std::vector<std::pair<std::st
   snapshot.reserve(tensors.size());
   for (const auto& [name, t] : tensors) {
     if (t == nullptr) return InvalidArgumentError("CheckpointManager::Save: tensor '" + name + "' is null");
-    snapshot.emplace_back(name, *t);  // a deep copy of the local part
+    MF_ASSIGN_OR_RETURN(DTensor copy, OnHost(*t));  // a deep copy of the local part, in host memory
+    snapshot.emplace_back(name, std::move(copy));
   }
   stats_.snapshot_seconds += Since(t0);
   last_step_ = step;
