@@ -4,6 +4,12 @@
 //   bazel run //data:text_to_tokens -- --output /tmp/py.mftok --suffix .py --max-bytes 2000000 /usr/lib/python3.*
 //   bazel run --config=opt //examples:train_lm -- --corpus /tmp/py.mftok --nproc 2 --plan ddp
 //   mpirun -np 4 bazel-bin/examples/train_lm --corpus /tmp/py.mftok --plan fsdp+tp --mesh dp=2,tp=2
+//   bazel-bin/examples/train_lm --corpus /tmp/py.mftok --nproc 2 --device cuda   # ranks on GPUs
+//
+// --device cuda runs every rank on a GPU (launch/world.h, WorldDevice::kCuda): NCCL with one GPU
+// per rank, or, with more ranks than GPUs, ranks sharing GPUs through host staging
+// (launch/cuda_world.h). It needs a build with a CUDA toolkit (BUILD links //launch:cuda_world,
+// the CUDA runtime and op kernels where one was found); elsewhere it fails (exit 1, UNAVAILABLE).
 //
 // With --ckpt-dir it saves params, optimizer state, loader state and step every --ckpt-every
 // steps (asynchronously; the last --keep-last kept) and resumes from the newest complete
@@ -49,6 +55,9 @@ constexpr const char* kUsage =
     "  --nproc N             thread ranks when not under a launcher (default 1)\n"
     "  --plan P              ddp | zero1 | fsdp | tp | fsdp+tp (default ddp)\n"
     "  --mesh SPEC           e.g. dp=2,tp=2 (default: the plan's, over every rank)\n"
+    "  --device host|cuda    where the ranks run (default host). cuda: one GPU per rank (NCCL); with\n"
+    "                        more ranks than GPUs they share GPUs through host staging (slow: for\n"
+    "                        tests); needs a build with a CUDA toolkit\n"
     "  --overlap on|off      overlap communication with compute (default on): FSDP gathers one block\n"
     "                        ahead, gradients reduced in buckets during backward; off: the serial path\n"
     "  --bucket-mb X         gradient bucket size with --overlap on (default 25)\n"
@@ -88,6 +97,7 @@ int BadInput(const std::string& message) {
 
 struct Flags {
   lm::TrainLmOptions train;
+  WorldDevice device = WorldDevice::kHost;  // --device: the world's (train.device follows it)
   int nproc = 1;
   bool nproc_given = false;
   bool json = false;
@@ -139,6 +149,11 @@ StatusOr<Flags> ParseFlags(int argc, char** argv) {
       MF_ASSIGN_OR_RETURN(std::string v, next());
       MF_ASSIGN_OR_RETURN(lm::MeshSpec m, lm::ParseMeshSpec(v));
       o.mesh = m;
+    } else if (arg == "--device") {
+      MF_ASSIGN_OR_RETURN(std::string v, next());
+      MF_ASSIGN_OR_RETURN(size_t d, ParseChoice("--device", v, {"host", "cuda"}));
+      f.device = d == 1 ? WorldDevice::kCuda : WorldDevice::kHost;
+      o.device = d == 1 ? Device::Cuda(0) : Device::Host();  // the kind; each rank gets its own GPU
     } else if (arg == "--overlap") {
       MF_ASSIGN_OR_RETURN(std::string v, next());
       if (v != "on" && v != "off") return InvalidArgumentError("--overlap must be on or off, got '" + v + "'");
@@ -298,8 +313,11 @@ int Main(int argc, char** argv) {
   }
   std::mutex mu;
   std::optional<lm::TrainSummary> summary;
-  const Status s = RunWorld(*mode, [&](Communicator& world, const RankInfo& me) -> Status {
-    MF_ASSIGN_OR_RETURN(lm::TrainSummary sum, lm::TrainLm(world, me, f.train, me.rank == 0 ? stdout : nullptr));
+  const WorldOptions world_options{.device = f.device};
+  const Status s = RunWorld(*mode, world_options, [&](Communicator& world, const RankInfo& me) -> Status {
+    lm::TrainLmOptions options = f.train;
+    options.device = me.device;  // this rank's GPU (or the host)
+    MF_ASSIGN_OR_RETURN(lm::TrainSummary sum, lm::TrainLm(world, me, options, me.rank == 0 ? stdout : nullptr));
     if (me.rank == 0) {
       std::lock_guard<std::mutex> lock(mu);
       summary = sum;

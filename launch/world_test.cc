@@ -3,6 +3,7 @@
 #include <atomic>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "gtest/gtest.h"
 
@@ -88,6 +89,76 @@ TEST(RunWorldTest, InProcessReturnsTheFailingRanksError) {
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.ToString().find("rank 1"), std::string::npos) << s;
   EXPECT_NE(s.ToString().find("bad thing"), std::string::npos) << s;
+}
+
+TEST(RunWorldTest, HostIsTheDefaultAndRanksAreOnTheHost) {
+  std::atomic<int> calls{0};
+  auto check = [&](Communicator& world, const RankInfo& me) -> Status {
+    EXPECT_EQ(me.device.ToString(), "host") << "rank " << me.rank;
+    EXPECT_EQ(world.device().ToString(), "host") << "rank " << me.rank;
+    EXPECT_EQ(world.backend(), "threads");
+    EXPECT_TRUE(me.concurrent_communicators);
+    ++calls;
+    return Status::Ok();
+  };
+  Status s = RunWorld(InProcess{2}, check);
+  ASSERT_TRUE(s.ok()) << s;
+  s = RunWorld(InProcess{2}, WorldOptions{}, check);
+  ASSERT_TRUE(s.ok()) << s;
+  s = RunWorld(InProcess{2}, WorldOptions{.device = WorldDevice::kHost}, check);
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(calls.load(), 6);
+  EXPECT_EQ(WorldDeviceName(WorldDevice::kHost), "host");
+  EXPECT_EQ(WorldDeviceName(WorldDevice::kCuda), "cuda");
+}
+
+// This test binary does not link //launch:cuda_world: a CUDA world is UNAVAILABLE, in-process and
+// under a launcher (before MPI is started, so no mpirun is needed), and no rank runs.
+TEST(RunWorldTest, CudaWithoutTheCudaWorldTargetIsUnavailableNamingIt) {
+  std::atomic<int> calls{0};
+  auto fn = [&](Communicator&, const RankInfo&) -> Status {
+    ++calls;
+    return Status::Ok();
+  };
+  const WorldOptions gpus{.device = WorldDevice::kCuda};
+  for (const LaunchMode& mode : {LaunchMode(InProcess{2}), LaunchMode(ExternalLaunch{"OpenMPI", 1, 2, 1})}) {
+    const Status s = RunWorld(mode, gpus, fn);
+    EXPECT_EQ(s.code(), StatusCode::kUnavailable) << Describe(mode) << ": " << s;
+    EXPECT_NE(s.message().find("built without CUDA support: link //launch:cuda_world"), std::string::npos)
+        << Describe(mode) << ": " << s;
+  }
+  EXPECT_EQ(calls.load(), 0);
+  // --nproc is still checked first.
+  const Status bad = RunWorld(InProcess{0}, gpus, fn);
+  EXPECT_EQ(bad.code(), StatusCode::kInvalidArgument) << bad;
+}
+
+TEST(PlaceRanksOnGpusTest, OneGpuPerRankIsNcclElseRanksShareGpusStaged) {
+  struct Case {
+    int ranks, gpus;
+    GpuWorldKind kind;
+    std::vector<int> ordinals;
+  };
+  const std::vector<Case> cases = {
+      {1, 1, GpuWorldKind::kNccl, {0}},
+      {2, 4, GpuWorldKind::kNccl, {0, 1}},
+      {4, 4, GpuWorldKind::kNccl, {0, 1, 2, 3}},
+      {2, 1, GpuWorldKind::kStaged, {0, 0}},
+      {5, 2, GpuWorldKind::kStaged, {0, 1, 0, 1, 0}},
+  };
+  for (const Case& c : cases) {
+    StatusOr<GpuPlacement> p = PlaceRanksOnGpus(c.ranks, c.gpus);
+    ASSERT_TRUE(p.ok()) << c.ranks << " ranks on " << c.gpus << " GPUs: " << p.status();
+    EXPECT_EQ(p->kind == GpuWorldKind::kNccl ? "nccl" : "staged", c.kind == GpuWorldKind::kNccl ? "nccl" : "staged")
+        << c.ranks << " ranks on " << c.gpus << " GPUs";
+    EXPECT_EQ(p->ordinals, c.ordinals) << c.ranks << " ranks on " << c.gpus << " GPUs";
+  }
+  StatusOr<GpuPlacement> p = PlaceRanksOnGpus(0, 1);
+  EXPECT_EQ(p.status().code(), StatusCode::kInvalidArgument) << p.status();
+  EXPECT_NE(p.status().message().find("ranks must be >= 1, got 0"), std::string::npos) << p.status();
+  p = PlaceRanksOnGpus(2, 0);
+  EXPECT_EQ(p.status().code(), StatusCode::kUnavailable) << p.status();
+  EXPECT_NE(p.status().message().find("no visible GPU for 2 ranks (0 visible)"), std::string::npos) << p.status();
 }
 
 }  // namespace

@@ -2,8 +2,10 @@
 // in one place per op (op_spec.cc, one section each) its name, operand count, sharding rule,
 // dtype contract and CPU kernel. Everything here is pure: no mesh, no communicator, no planner.
 // The strategy choice (runtime/strategy.h), the eager runtime (runtime/eager.h), the graph IR
-// (compiler/graph.h) and autograd (autograd/) build on it; the ops' backward (VJPs) live in
-// autograd/vjp.cc, written with the eager ops.
+// (compiler/graph.h) and autograd (autograd/) build on it. Each op's backward (VJP) is a section
+// of ops/op_vjp.cc (part of this target), written against a GradBuilder (below): the eager autograd
+// runs the emitted ops at once (autograd/vjp.h), the graph autodiff appends them
+// (compiler/graph_autodiff.h).
 //
 //   const OpSpec mm = OpSpec::Matmul();
 //   const OpSpec ln = OpSpec::LayerNorm(/*normalized_ndim=*/1, /*has_weight=*/true, /*has_bias=*/false);

@@ -16,7 +16,7 @@
 // reduces each element with the same rank-order fold).
 //
 //   MF_ASSIGN_OR_RETURN(std::unique_ptr<GradReducer> reducer,
-//                       GradReducer::Create(params, *opt, GradReducerOptions{.bucket_bytes = 1 << 20}));
+//                       GradReducer::Create(params, *opt, GradReducerOptions{.bucket_bytes = 1 << 20}, ctx));
 //   MF_RETURN_IF_ERROR(Backward(loss, ctx));      // buckets start as their gradients are ready
 //   MF_RETURN_IF_ERROR(reducer->Finish(ctx));     // waits; leaves hold the reduced gradients
 //   MF_RETURN_IF_ERROR(opt->Step(grads, ctx));

@@ -987,5 +987,13 @@ TEST(ErrorsTest, GraphDemo_UnknownFlag) {
   ExpectBadInput("examples/tp_mlp", "--bogus", "unknown flag '--bogus'; see 'tp_mlp --help'");
 }
 
+// ---- examples/train_lm --device (its other flags: examples:train_lm_test) ----
+
+TEST(ErrorsTest, TrainLm_UnknownDevice) {
+  ExpectHelp("examples/train_lm", "train_lm", "--device host|cuda");
+  ExpectBadInput("examples/train_lm", "--corpus none.mftok --device tpu",
+                 "unknown --device 'tpu'; expected one of host, cuda");
+}
+
 }  // namespace
 }  // namespace meshflow

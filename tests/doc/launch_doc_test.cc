@@ -1,5 +1,6 @@
-// Every example in launch/world.h and launch/supervisor.h is compiled here (the world example is
-// also run); keep them identical.
+// Every example in launch/world.h and launch/supervisor.h is compiled here (the world examples are
+// also run: the GPU one is UNAVAILABLE here, this test not linking //launch:cuda_world); keep them
+// identical. launch/cuda_world.h's example: launch_cuda_doc_test.cc.
 #include <atomic>
 #include <string>
 #include <vector>
@@ -23,6 +24,17 @@ Status WorldExample() {
   return Status::Ok();
 }
 
+// launch/world.h, ranks on GPUs (`mode` from DetectLaunch).
+Status GpuWorldExample(const LaunchMode& mode) {
+  // BUILD: deps = ["//launch:world"] + if_cuda(["//launch:cuda_world"])   (third_party/cuda.bzl)
+  const WorldOptions gpus{.device = WorldDevice::kCuda};
+  MF_RETURN_IF_ERROR(RunWorld(mode, gpus, [&](Communicator& world, const RankInfo& me) -> Status {
+    // me.device: this rank's GPU (cuda:N), world.device() == me.device
+    return Status::Ok();
+  }));
+  return Status::Ok();
+}
+
 // launch/supervisor.h (compiled only: it would run ./train)
 [[maybe_unused]] Status SupervisorExample() {
   SupervisorOptions o;
@@ -36,6 +48,12 @@ Status WorldExample() {
 TEST(LaunchDocTest, WorldExampleRunsFourThreadRanks) {
   const Status s = WorldExample();
   EXPECT_TRUE(s.ok()) << s;
+}
+
+TEST(LaunchDocTest, GpuWorldExampleIsUnavailableWithoutTheCudaWorldTarget) {
+  const Status s = GpuWorldExample(InProcess{2});
+  EXPECT_EQ(s.code(), StatusCode::kUnavailable) << s;
+  EXPECT_NE(s.message().find("link //launch:cuda_world"), std::string::npos) << s;
 }
 
 }  // namespace
