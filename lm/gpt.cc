@@ -98,6 +98,8 @@ std::vector<nn::Module*> Gpt::Blocks() const {
   return out;
 }
 
+std::vector<nn::Module*> Gpt::RootModules() const { return {tok_.get(), pos_.get(), ln_f_.get(), head_.get()}; }
+
 StatusOr<Variable> Gpt::Forward(const Variable& ids, RankContext& ctx) const {
   const std::vector<int64_t>& s = ids.value().global_shape();
   if (s.size() != 2 || s[1] > config_.seq_len || s[1] < 1) {
@@ -122,7 +124,9 @@ StatusOr<Variable> Gpt::Forward(const Variable& ids, RankContext& ctx) const {
     if (hooks_ != nullptr) MF_RETURN_IF_ERROR(hooks_->AfterBlock(static_cast<int>(i), x, ctx));
   }
   MF_ASSIGN_OR_RETURN(Variable h, ln_f_->Forward(x, ctx));
-  return head_->Forward(h, ctx);
+  MF_ASSIGN_OR_RETURN(Variable logits, head_->Forward(h, ctx));
+  if (hooks_ != nullptr) MF_RETURN_IF_ERROR(hooks_->EndForward(logits, ctx));
+  return logits;
 }
 
 StatusOr<Variable> Gpt::Loss(const DTensor& batch, RankContext& ctx) const {

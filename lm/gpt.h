@@ -79,7 +79,11 @@ class Gpt : public nn::Module {
   int64_t NumParameters();
   // The blocks h0..h<layers-1>, in forward order.
   std::vector<nn::Module*> Blocks() const;
-  // Called around every block's forward (nn/fsdp_blocks.h: FSDP unshard and prefetch); null: none. Not owned.
+  // The modules outside the blocks: the token and position embeddings, the final norm, the head
+  // (FSDP's root unit, nn/fsdp_blocks.h).
+  std::vector<nn::Module*> RootModules() const;
+  // Called when Forward starts, around every block's forward and when Forward ends
+  // (nn/fsdp_blocks.h: FSDP unshard and prefetch); null: none. Not owned.
   void set_block_hooks(nn::BlockHooks* hooks) { hooks_ = hooks; }
 
  private:

@@ -222,11 +222,13 @@ StatusOr<TrainSummary> TrainLm(Communicator& world, const RankInfo& me, const Tr
   adam.beta2 = 0.99;
   MF_ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> opt, AdamW::Create(specs, adam, ctx));
   // FSDP plans gather each block's parameters around its forward (and again in backward), one
-  // block ahead with overlap; every plan reduces its gradients in buckets during Backward with it.
+  // block ahead with overlap, and the root's (embeddings, final norm, head) once per step; every
+  // plan reduces its gradients in buckets during Backward with overlap.
   std::unique_ptr<nn::FsdpBlocks> fsdp_blocks;
   if (std::holds_alternative<FsdpPlan>(plan) || std::holds_alternative<FsdpTpPlan>(plan)) {
     MF_ASSIGN_OR_RETURN(const int dp, mesh.DimIndex("dp"));
-    MF_ASSIGN_OR_RETURN(fsdp_blocks, nn::FsdpBlocks::Create(gpt->Blocks(), {dp}, {.prefetch = o.overlap}, ctx));
+    MF_ASSIGN_OR_RETURN(fsdp_blocks, nn::FsdpBlocks::Create(gpt->Blocks(), {dp}, {.prefetch = o.overlap}, ctx,
+                                                                gpt->RootModules()));
     gpt->set_block_hooks(fsdp_blocks.get());
   }
   std::unique_ptr<GradReducer> reducer;

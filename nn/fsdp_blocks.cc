@@ -9,8 +9,36 @@
 
 namespace meshflow::nn {
 
+namespace {
+
+using Managed = std::vector<std::pair<Variable*, Layout>>;
+
+// The parameters of `module` whose layout shards a tensor dim over one of `dims`, with that layout
+// made Replicate on those dims.
+StatusOr<Managed> ManagedOf(Module& module, const std::set<int>& dims) {
+  Managed mine;
+  for (const NamedParameter& p : module.NamedParameters()) {
+    const Layout& l = p.variable.value().layout();
+    Placements gathered = l.placements();
+    bool sharded = false;
+    for (int d : dims) {
+      if (IsShard(gathered[static_cast<size_t>(d)])) {
+        gathered[static_cast<size_t>(d)] = Replicate{};
+        sharded = true;
+      }
+    }
+    if (!sharded) continue;
+    MF_ASSIGN_OR_RETURN(Layout target, l.WithPlacements(std::move(gathered)));
+    mine.emplace_back(&p.variable, std::move(target));
+  }
+  return mine;
+}
+
+}  // namespace
+
 StatusOr<std::unique_ptr<FsdpBlocks>> FsdpBlocks::Create(std::vector<Module*> blocks, std::vector<int> fsdp_dims,
-                                                         FsdpBlocksOptions options, const RankContext& ctx) {
+                                                         FsdpBlocksOptions options, const RankContext& ctx,
+                                                         std::vector<Module*> root) {
   const int ndim = ctx.mesh().ndim();
   std::set<int> dims;
   for (int d : fsdp_dims) {
@@ -19,39 +47,61 @@ StatusOr<std::unique_ptr<FsdpBlocks>> FsdpBlocks::Create(std::vector<Module*> bl
                                   ctx.mesh().ToString() + ")");
     }
   }
-  std::vector<std::vector<std::pair<Variable*, Layout>>> params;
+  std::vector<Managed> params;
   for (size_t b = 0; b < blocks.size(); ++b) {
     if (blocks[b] == nullptr) return InvalidArgumentError("FsdpBlocks: block " + std::to_string(b) + " is null");
-    std::vector<std::pair<Variable*, Layout>> mine;
-    for (const NamedParameter& p : blocks[b]->NamedParameters()) {
-      const Layout& l = p.variable.value().layout();
-      Placements gathered = l.placements();
-      bool sharded = false;
-      for (int d : dims) {
-        if (IsShard(gathered[static_cast<size_t>(d)])) {
-          gathered[static_cast<size_t>(d)] = Replicate{};
-          sharded = true;
-        }
-      }
-      if (!sharded) continue;
-      MF_ASSIGN_OR_RETURN(Layout target, l.WithPlacements(std::move(gathered)));
-      mine.emplace_back(&p.variable, std::move(target));
-    }
+    MF_ASSIGN_OR_RETURN(Managed mine, ManagedOf(*blocks[b], dims));
     params.push_back(std::move(mine));
   }
-  return std::unique_ptr<FsdpBlocks>(new FsdpBlocks(std::move(params), options));
+  Managed root_params;
+  for (size_t m = 0; m < root.size(); ++m) {
+    if (root[m] == nullptr) return InvalidArgumentError("FsdpBlocks: root module " + std::to_string(m) + " is null");
+    MF_ASSIGN_OR_RETURN(Managed mine, ManagedOf(*root[m], dims));
+    for (auto& p : mine) root_params.push_back(std::move(p));
+  }
+  return std::unique_ptr<FsdpBlocks>(new FsdpBlocks(std::move(params), std::move(root_params), options));
+}
+
+Status FsdpBlocks::Prefetch(const Managed& unit, RankContext& ctx) {
+  // Called outside a block's forward only (the members are the leaves then).
+  for (const auto& [member, target] : unit) MF_RETURN_IF_ERROR(PrefetchRedistribute(member->value(), target, ctx));
+  return Status::Ok();
 }
 
 Status FsdpBlocks::Prefetch(int block, RankContext& ctx) {
   if (!options_.prefetch || block < 0 || block >= num_blocks()) return Status::Ok();
-  // Called outside a block's forward only (the members are the leaves then).
-  for (const auto& [member, target] : params_[static_cast<size_t>(block)]) {
-    MF_RETURN_IF_ERROR(PrefetchRedistribute(member->value(), target, ctx));
+  return Prefetch(params_[static_cast<size_t>(block)], ctx);
+}
+
+Status FsdpBlocks::Gather(const Managed& unit, std::vector<std::pair<Variable, Variable>>& saved, RankContext& ctx) {
+  saved.clear();
+  for (auto& [member, target] : unit) {
+    MF_ASSIGN_OR_RETURN(Variable gathered, autograd::Redistribute(*member, target, ctx));  // takes the prefetch
+    saved.emplace_back(*member, gathered);
+    *member = std::move(gathered);
   }
   return Status::Ok();
 }
 
-Status FsdpBlocks::BeginForward(RankContext& ctx) { return Prefetch(0, ctx); }
+Status FsdpBlocks::BeginForward(RankContext& ctx) {
+  if (root_.empty()) return Prefetch(0, ctx);
+  if (in_forward_) return FailedPreconditionError("FsdpBlocks::BeginForward again before EndForward (root unit)");
+  // The root's gathers go first: the embeddings need them at once; block 0's run behind them.
+  if (options_.prefetch) MF_RETURN_IF_ERROR(Prefetch(root_, ctx));
+  MF_RETURN_IF_ERROR(Prefetch(0, ctx));
+  MF_RETURN_IF_ERROR(Gather(root_, root_saved_, ctx));
+  in_forward_ = true;
+  return Status::Ok();
+}
+
+Status FsdpBlocks::EndForward(Variable& output, RankContext& ctx) {
+  if (root_.empty()) return Status::Ok();
+  if (!in_forward_) return FailedPreconditionError("FsdpBlocks::EndForward without BeginForward (root unit)");
+  for (size_t k = 0; k < root_saved_.size(); ++k) *root_[k].first = root_saved_[k].first;  // the leaves again
+  root_saved_.clear();  // the autograd graph keeps the gathered values for Backward
+  in_forward_ = false;
+  return Status::Ok();
+}
 
 Status FsdpBlocks::BeforeBlock(int block, RankContext& ctx) {
   if (block < 0 || block >= num_blocks() || current_ != -1) {
@@ -60,13 +110,7 @@ Status FsdpBlocks::BeforeBlock(int block, RankContext& ctx) {
   }
   MF_RETURN_IF_ERROR(Prefetch(block, ctx));      // not started yet: block 0, or no prefetching
   MF_RETURN_IF_ERROR(Prefetch(block + 1, ctx));  // runs while this block computes
-  std::vector<std::pair<Variable, Variable>>& saved = saved_[static_cast<size_t>(block)];
-  saved.clear();
-  for (auto& [member, target] : params_[static_cast<size_t>(block)]) {
-    MF_ASSIGN_OR_RETURN(Variable gathered, autograd::Redistribute(*member, target, ctx));  // takes the prefetch
-    saved.emplace_back(*member, gathered);
-    *member = std::move(gathered);
-  }
+  MF_RETURN_IF_ERROR(Gather(params_[static_cast<size_t>(block)], saved_[static_cast<size_t>(block)], ctx));
   current_ = block;
   return Status::Ok();
 }

@@ -22,6 +22,16 @@
 // The gathers are the same plans with or without prefetching, so the two paths give the same bits.
 // Finish() (after Backward) drops the prefetches no op took.
 //
+// The root unit. The modules outside the blocks (`root`: a GPT's embeddings, final norm and head)
+// are gathered once per step, as FSDP2's root module is: BeginForward gathers their sharded
+// parameters (ahead of block 0's gathers, which then run while the embeddings compute) and puts
+// them in the modules; EndForward(output) puts the leaves back. The gathered values stay alive
+// (the autograd graph holds them) until Backward is done with them: the root is not resharded
+// after forward. Without a root unit every op that uses a sharded root parameter chooses on the
+// spot how to redistribute it; for an embedding table sharded over the vocabulary that is a
+// vocabulary-parallel lookup whose Partial output then flows, unreduced, through every block.
+// A model that has a root unit must call EndForward after the last root module's forward.
+//
 //   MF_ASSIGN_OR_RETURN(std::unique_ptr<nn::FsdpBlocks> fsdp,
 //                       nn::FsdpBlocks::Create(blocks, /*fsdp_dims=*/{0}, {.prefetch = true}, ctx));
 //   gpt->set_block_hooks(fsdp.get());
@@ -29,8 +39,9 @@
 //   MF_RETURN_IF_ERROR(Backward(loss, ctx));                      // and in backward
 //   MF_RETURN_IF_ERROR(fsdp->Finish(ctx));
 //
-// Errors: Create with a null block, an fsdp dim outside the mesh or repeated (INVALID_ARGUMENT);
-// BeforeBlock / AfterBlock out of order (FAILED_PRECONDITION); the redistributions' errors.
+// Errors: Create with a null block or root module, an fsdp dim outside the mesh or repeated
+// (INVALID_ARGUMENT); BeforeBlock / AfterBlock out of order, BeginForward again before
+// EndForward with a root unit (FAILED_PRECONDITION); the redistributions' errors.
 #ifndef MESHFLOW_NN_FSDP_BLOCKS_H_
 #define MESHFLOW_NN_FSDP_BLOCKS_H_
 
@@ -47,7 +58,8 @@
 namespace meshflow::nn {
 
 // Called by a sequential model: BeginForward when its forward starts (before the layers ahead of
-// block 0, e.g. the embeddings), then around the forward of each block 0..n-1, in order.
+// block 0, e.g. the embeddings), then around the forward of each block 0..n-1, in order, then
+// EndForward after the layers behind the last block (e.g. the head).
 class BlockHooks {
  public:
   virtual ~BlockHooks() = default;
@@ -55,6 +67,8 @@ class BlockHooks {
   virtual Status BeforeBlock(int block, RankContext& ctx) = 0;
   // `output`: the block's output.
   virtual Status AfterBlock(int block, Variable& output, RankContext& ctx) = 0;
+  // `output`: the model's output.
+  virtual Status EndForward(Variable& output, RankContext& ctx) = 0;
 };
 
 struct FsdpBlocksOptions {
@@ -64,31 +78,43 @@ struct FsdpBlocksOptions {
 
 class FsdpBlocks final : public BlockHooks {
  public:
-  // blocks: the model's blocks in forward order (they must outlive this object). A parameter is
+  // blocks: the model's blocks in forward order; root: the modules outside them, gathered for the
+  // whole step (see "The root unit"; empty: none). Both must outlive this object. A parameter is
   // managed when its layout shards a tensor dim over one of `fsdp_dims`.
   static StatusOr<std::unique_ptr<FsdpBlocks>> Create(std::vector<Module*> blocks, std::vector<int> fsdp_dims,
-                                                     FsdpBlocksOptions options, const RankContext& ctx);
+                                                     FsdpBlocksOptions options, const RankContext& ctx,
+                                                     std::vector<Module*> root = {});
 
   Status BeginForward(RankContext& ctx) override;
   Status BeforeBlock(int block, RankContext& ctx) override;
   Status AfterBlock(int block, Variable& output, RankContext& ctx) override;
+  Status EndForward(Variable& output, RankContext& ctx) override;
   // Drops (and waits for) the prefetches no op took. Call after Backward.
   Status Finish(RankContext& ctx);
 
   int num_blocks() const { return static_cast<int>(params_.size()); }
   // The managed parameters of block `b` (the module's Variable) with their gathered layouts.
   const std::vector<std::pair<Variable*, Layout>>& managed(int b) const { return params_[static_cast<size_t>(b)]; }
+  // The managed parameters of the root unit.
+  const std::vector<std::pair<Variable*, Layout>>& managed_root() const { return root_; }
   const FsdpBlocksOptions& options() const { return options_; }
 
  private:
-  FsdpBlocks(std::vector<std::vector<std::pair<Variable*, Layout>>> params, FsdpBlocksOptions options)
-      : params_(std::move(params)), saved_(params_.size()), options_(options) {}
+  using Managed = std::vector<std::pair<Variable*, Layout>>;
+  FsdpBlocks(std::vector<Managed> params, Managed root, FsdpBlocksOptions options)
+      : params_(std::move(params)), root_(std::move(root)), saved_(params_.size()), options_(options) {}
+  Status Prefetch(const Managed& unit, RankContext& ctx);
   Status Prefetch(int block, RankContext& ctx);
+  // Puts the gathered form of each of `unit`'s parameters in its module; `saved` gets (leaf, gathered).
+  static Status Gather(const Managed& unit, std::vector<std::pair<Variable, Variable>>& saved, RankContext& ctx);
 
-  std::vector<std::vector<std::pair<Variable*, Layout>>> params_;
+  std::vector<Managed> params_;
+  Managed root_;
   std::vector<std::vector<std::pair<Variable, Variable>>> saved_;  // per block: (leaf, gathered) in forward
+  std::vector<std::pair<Variable, Variable>> root_saved_;          // the root's, BeginForward to EndForward
   FsdpBlocksOptions options_;
   int current_ = -1;  // the block between BeforeBlock and AfterBlock
+  bool in_forward_ = false;  // between BeginForward and EndForward (tracked with a root unit)
 };
 
 }  // namespace meshflow::nn

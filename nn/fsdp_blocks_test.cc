@@ -85,5 +85,59 @@ TEST(FsdpBlocksTest, ManagesTheShardedParametersOfEachBlock) {
   EXPECT_TRUE(s.ok()) << s;
 }
 
+// A root unit (a Linear before the blocks and one after): gathered for the whole forward, the
+// leaves back after EndForward, the gathered values kept for Backward, the hook order checked.
+TEST(FsdpBlocksTest, GathersTheRootUnitForTheWholeForward) {
+  const Status s = OnWorld(2, {2}, [](RankContext& ctx) -> Status {
+    std::vector<std::unique_ptr<Linear>> layers;
+    for (int i = 0; i < 3; ++i) {
+      MF_ASSIGN_OR_RETURN(std::unique_ptr<Linear> l,
+                          Linear::Create({.in = 8, .out = 8, .bias = true, .seed = static_cast<uint64_t>(i)}, ctx));
+      MF_RETURN_IF_ERROR(Parallelize(*l, "dp", {{"", Fsdp{}}}, ctx));
+      layers.push_back(std::move(l));
+    }
+    Linear& first = *layers[0];
+    Linear& block = *layers[1];
+    Linear& last = *layers[2];
+    if (FsdpBlocks::Create({&block}, {0}, {}, ctx, {nullptr}).status().code() != StatusCode::kInvalidArgument) {
+      return InternalError("null root module accepted");
+    }
+    MF_ASSIGN_OR_RETURN(std::unique_ptr<FsdpBlocks> f, FsdpBlocks::Create({&block}, {0}, {}, ctx, {&first, &last}));
+    if (f->managed_root().size() != 4) return InternalError("root params: " + std::to_string(f->managed_root().size()));
+    Variable none;
+    if (f->EndForward(none, ctx).code() != StatusCode::kFailedPrecondition) return InternalError("EndForward first");
+    const Variable first_leaf = first.weight(), last_leaf = last.weight();
+    MF_ASSIGN_OR_RETURN(Layout xl, Layout::Create({4, 8}, ctx.mesh(), {Shard{0}}));
+    MF_ASSIGN_OR_RETURN(DTensor xd, Distribute(Tensor::Iota(DType::kF32, {4, 8}), xl, ctx.world_rank()));
+    MF_ASSIGN_OR_RETURN(Variable x, Variable::Leaf(std::move(xd), false));
+    MF_RETURN_IF_ERROR(f->BeginForward(ctx));
+    if (f->BeginForward(ctx).code() != StatusCode::kFailedPrecondition) return InternalError("BeginForward twice");
+    for (Linear* l : {&first, &last}) {
+      if (!(l->weight().value().layout() == f->managed_root()[0].second)) {
+        return InternalError("a root weight is not gathered: " + l->weight().value().layout().ToString());
+      }
+    }
+    MF_ASSIGN_OR_RETURN(Variable h, first.Forward(x, ctx));
+    MF_RETURN_IF_ERROR(f->BeforeBlock(0, ctx));
+    MF_ASSIGN_OR_RETURN(h, block.Forward(h, ctx));
+    MF_RETURN_IF_ERROR(f->AfterBlock(0, h, ctx));
+    const Variable last_gathered = last.weight();
+    MF_ASSIGN_OR_RETURN(Variable y, last.Forward(h, ctx));
+    MF_RETURN_IF_ERROR(f->EndForward(y, ctx));
+    if (!(first.weight() == first_leaf) || !(last.weight() == last_leaf)) return InternalError("root leaves not back");
+    if (last_gathered.value_released()) return InternalError("the root was resharded after forward");
+    MF_ASSIGN_OR_RETURN(Variable loss, autograd::Sum(y, {}, false, ctx));
+    MF_RETURN_IF_ERROR(Backward(loss, ctx));
+    MF_RETURN_IF_ERROR(f->Finish(ctx));
+    for (const Variable& leaf : {first_leaf, last_leaf}) {
+      if (!leaf.grad() || leaf.grad()->global_shape() != std::vector<int64_t>{8, 8}) return InternalError("root gradient");
+    }
+    // A second step runs the same way (the unit is reusable).
+    MF_RETURN_IF_ERROR(f->BeginForward(ctx));
+    return f->EndForward(y, ctx);
+  });
+  EXPECT_TRUE(s.ok()) << s;
+}
+
 }  // namespace
 }  // namespace meshflow::nn

@@ -59,19 +59,6 @@ Status CheckSameDType(std::string_view op, const Tensor& a, const Tensor& b) {
   return Status::Ok();
 }
 
-
-// Element strides of `s` (row-major, right-aligned against `out`), 0 on broadcast dims.
-std::vector<int64_t> BroadcastStrides(std::span<const int64_t> s, std::span<const int64_t> out) {
-  std::vector<int64_t> st(out.size(), 0);
-  int64_t stride = 1;
-  const size_t lead = out.size() - s.size();
-  for (size_t i = s.size(); i-- > 0;) {
-    st[lead + i] = s[i] == 1 ? 0 : stride;
-    stride *= s[i];
-  }
-  return st;
-}
-
 // Calls f(out_flat, off_a, off_b) for every index of `out`.
 template <typename F>
 void ForEachBroadcast(std::span<const int64_t> out, const std::vector<int64_t>& sa, const std::vector<int64_t>& sb,
@@ -505,12 +492,6 @@ void Gather(const std::byte* src, std::byte* dst, int64_t size, std::span<const 
     case 4: GatherT<4>(src, dst, out_shape, src_strides); break;
     default: GatherT<8>(src, dst, out_shape, src_strides);
   }
-}
-
-std::vector<int64_t> RowMajorStrides(std::span<const int64_t> shape) {
-  std::vector<int64_t> st(shape.size(), 1);
-  for (size_t d = shape.size(); d-- > 1;) st[d - 1] = st[d] * shape[d];
-  return st;
 }
 
 }  // namespace

@@ -25,4 +25,21 @@ StatusOr<std::vector<int64_t>> BroadcastShapes(std::string_view op, std::span<co
   return out;
 }
 
+std::vector<int64_t> RowMajorStrides(std::span<const int64_t> shape) {
+  std::vector<int64_t> st(shape.size(), 1);
+  for (size_t d = shape.size(); d-- > 1;) st[d - 1] = st[d] * shape[d];
+  return st;
+}
+
+std::vector<int64_t> BroadcastStrides(std::span<const int64_t> s, std::span<const int64_t> out) {
+  std::vector<int64_t> st(out.size(), 0);
+  int64_t stride = 1;
+  const size_t lead = out.size() - s.size();
+  for (size_t i = s.size(); i-- > 0;) {
+    st[lead + i] = s[i] == 1 ? 0 : stride;
+    stride *= s[i];
+  }
+  return st;
+}
+
 }  // namespace meshflow

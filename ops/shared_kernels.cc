@@ -66,24 +66,6 @@ int64_t Product(std::span<const int64_t> s) {
   return p;
 }
 
-std::vector<int64_t> RowMajorStrides(std::span<const int64_t> shape) {
-  std::vector<int64_t> st(shape.size(), 1);
-  for (size_t d = shape.size(); d-- > 1;) st[d - 1] = st[d] * shape[d];
-  return st;
-}
-
-// Element strides of `s` right-aligned against `out`, 0 on broadcast dims.
-std::vector<int64_t> BroadcastStrides(std::span<const int64_t> s, std::span<const int64_t> out) {
-  std::vector<int64_t> st(out.size(), 0);
-  int64_t stride = 1;
-  const size_t lead = out.size() - s.size();
-  for (size_t i = s.size(); i-- > 0;) {
-    st[lead + i] = s[i] == 1 ? 0 : stride;
-    stride *= s[i];
-  }
-  return st;
-}
-
 // The iteration space `shape` with N operands' strides, size-1 dims dropped and dims merged
 // where every operand is contiguous across them. Errors: more than kMaxDims dims remain.
 template <int N>

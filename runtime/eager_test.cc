@@ -171,8 +171,13 @@ TEST(StrategyChoice, Table) {
       {OpSpec::Matmul(), {{5, 7}, {7, 3}}, {{Shard{0}}, {Replicate{}}}, "{S(0)} x {R} -> S(0)", true},
       {OpSpec::Matmul(), {{5, 7}, {7, 3}}, {{Shard{1}}, {Shard{0}}}, "{S(1)} x {S(0)} -> P(sum)", true},
       {OpSpec::Matmul(), {{5, 7}, {7, 3}}, {{Partial{}}, {Replicate{}}}, "{P(sum)} x {R} -> P(sum)", true},
-      // Replicated inputs: a free slice keeps the output sharded (tie-break).
-      {OpSpec::Matmul(), {{5, 7}, {7, 3}}, {{Replicate{}}, {Replicate{}}}, "{S(0)} x {R} -> S(0)", true},
+      // Replicated inputs stay in place: among free strategies the one that moves fewer inputs
+      // wins (a local slice to a sharded output would make the next op that needs it whole gather).
+      {OpSpec::Matmul(), {{5, 7}, {7, 3}}, {{Replicate{}}, {Replicate{}}}, "{R} x {R} -> R", true},
+      {OpSpec::Transpose(0, 1), {{7, 3}}, {{Replicate{}}}, "{R} -> R", true},
+      // A free move still wins over communication: Shard x Replicate slices the replicated operand.
+      {OpSpec::Binary(BinaryOp::kMul), {{5, 7}, {5, 7}}, {{Shard{0}}, {Replicate{}}}, "{S(0)} x {S(0)} -> S(0)",
+       true},
       {OpSpec::Binary(BinaryOp::kAdd), {{5, 7}, {5, 7}}, {{Partial{}}, {Partial{}}},
        "{P(sum)} x {P(sum)} -> P(sum)", true},
       // R -> P(sum) is a free local step, so a Partial plus a replicated operand stays Partial.

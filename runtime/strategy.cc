@@ -286,7 +286,7 @@ StatusOr<std::shared_ptr<const StrategyChoice>> ChooseUncached(const OpSpec& op,
   MF_ASSIGN_OR_RETURN(ShardingRule rule, RuleFor(op, g.shapes));
   const std::vector<Strategy> strategies = EnumerateStrategies(rule, inputs[0]->layout().mesh().ndim());
   std::optional<StrategyChoice> best;
-  std::tuple<int64_t, int, int> best_key;
+  std::tuple<int64_t, int, int, int> best_key;
   Status first_error;
   for (const Strategy& s : strategies) {
     StatusOr<StrategyChoice> c = EvaluateStrategy(op, rule, s, g.layouts, g.dtypes);
@@ -294,8 +294,10 @@ StatusOr<std::shared_ptr<const StrategyChoice>> ChooseUncached(const OpSpec& op,
       if (first_error.ok()) first_error = c.status();
       continue;
     }
-    const std::tuple<int64_t, int, int> key{CostUnits(c->modelled_us), -NumShardDims(s.result),
-                                            NumPartialDims(s.result)};
+    int moved = 0;  // inputs redistributed, free (local slices) or not
+    for (const std::shared_ptr<const Plan>& p : c->plans) moved += p != nullptr ? 1 : 0;
+    const std::tuple<int64_t, int, int, int> key{CostUnits(c->modelled_us), moved, -NumShardDims(s.result),
+                                                 NumPartialDims(s.result)};
     if (!best || key < best_key) {
       best_key = key;
       best = std::move(*c);
