@@ -19,15 +19,40 @@ Code of a consumer that includes meshflow headers is C++20 too; MESHFLOW_COPTS (
 
 MESHFLOW_COPTS = ["-std=c++20", "-Wall", "-Wextra", "-Wno-unused-parameter"]
 
+# meshflow's libraries optimize themselves in a fastbuild (Bazel's default, -O0): at -O0 one eager
+# training step ran 38x slower than with -c opt (every Tensor access a call, every loop scalar),
+# so a consumer who builds with no flags would measure the library at its worst. -O1 costs little
+# compile time and brings the step within a few percent of -c opt (bench/README.md, "A consumer's
+# default build"). `-c opt` and `-c dbg` keep their own levels (nothing added), and
+# `--define=meshflow_optimize=off` turns it off in a fastbuild, for stepping through meshflow in a
+# debugger. GCC 12 reports false -Wmaybe-uninitialized through std::optional (StatusOr) at -O1.
+def _optimize_copts():
+    return select({
+        str(Label("//:fastbuild_optimize_off")): [],
+        str(Label("//:fastbuild")): ["-O1", "-Wno-maybe-uninitialized"],
+        "//conditions:default": [],
+    })
+
+def vectorize_copts():
+    """Loop vectorization at any -O level above -O0, for the kernel targets. GCC 12's -O2 cost
+    model ("very cheap") leaves every loop that needs an epilogue or an alias check scalar;
+    `-fvect-cost-model=dynamic` lifts that. Clang vectorizes such loops already and rejects the
+    flag."""
+    return select({
+        str(Label("//:compiler_clang")): ["-ftree-vectorize"],
+        "//conditions:default": ["-ftree-vectorize", "-fvect-cost-model=dynamic"],
+    })
+
 def mf_cc_library(name, copts = [], **kwargs):
-    """cc_library whose headers read `meshflow/<package>/<file>.h`, with the project's copts."""
+    """cc_library whose headers read `meshflow/<package>/<file>.h`, with the project's copts
+    (and, in a fastbuild, -O1: see _optimize_copts)."""
 
     # Bazel strips the package path from headers when only include_prefix is given, so the
     # prefix names the package again.
     package = native.package_name()
     native.cc_library(
         name = name,
-        copts = MESHFLOW_COPTS + copts,
+        copts = MESHFLOW_COPTS + copts + _optimize_copts(),
         include_prefix = "meshflow/" + package if package else "meshflow",
         **kwargs
     )

@@ -10,7 +10,9 @@ Nothing here downloads. It declares:
   * offline stand-ins for rules_cc, rules_java and remote_coverage_tools, which Bazel 4.2.3 would
     otherwise fetch from the network for any C++ build or test;
   * the Debian-installed libraries as system repositories: gtest, benchmark (tests and benches
-    only), eigen (ops), mpi (the MPI backend only; OpenMPI must be installed to build it);
+    only), eigen (benches only: the Eigen GEMM baseline), openblas (the CPU matmul; OpenBLAS's
+    pthread build, which picks its kernels for the CPU at run time), mpi (the MPI backend only;
+    OpenMPI must be installed to build it);
   * local_cuda: the CUDA toolkit at $CUDA_PATH or /usr/local/cuda, or an empty stand-in without
     one (then CUDA targets are not declared; MESHFLOW_DISABLE_CUDA=1 forces that).
 Repositories are fetched lazily: a consumer that never builds an MPI target needs no OpenMPI.
@@ -67,6 +69,17 @@ def meshflow_dependencies():
         links = {
             "include/Eigen": "/usr/include/eigen3/Eigen",
             "include/unsupported": "/usr/include/eigen3/unsupported",
+        },
+    )
+    _maybe(
+        system_repo,
+        "openblas",
+        build_file = Label("//third_party:openblas.BUILD"),
+        install_hint = "apt-get install libopenblas-pthread-dev",
+        links = {
+            "include/cblas.h": "/usr/include/x86_64-linux-gnu/openblas-pthread/cblas.h",
+            "include/openblas_config.h": "/usr/include/x86_64-linux-gnu/openblas-pthread/openblas_config.h",
+            "lib/libopenblas.so": _LIB + "/openblas-pthread/libopenblas.so",
         },
     )
     _maybe(

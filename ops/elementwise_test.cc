@@ -1,9 +1,10 @@
 // The device kernel bodies (elementwise.h), run in host loops on host memory by HostLoopBackend
 // through the device driver (shared_kernels.h), against the CPU kernels (RunKernel): every op,
 // every unary / binary / compare / reduce / norm / loss variant, every dtype the CPU takes,
-// broadcasting, uneven and empty shapes, bf16. The order of operations is the CPU's everywhere
-// and the host's math library serves both, so every result must be bitwise equal (Tensor ==,
-// NaN payloads included). The GPU run of the same bodies is ops/cuda/cuda_op_kernels_test.cc.
+// broadcasting, uneven and empty shapes, bf16. The CPU kernels run their scalar loops here
+// (CpuVectorLevel::kScalar; the vectorized f32 loops are tested against those in kernels_test):
+// the order of operations is the CPU's everywhere and the host's math library serves both, so
+// every result must be bitwise equal (Tensor ==, NaN payloads included). The GPU run of the same bodies is ops/cuda/cuda_op_kernels_test.cc.
 #include "meshflow/ops/elementwise.h"
 
 #include <barrier>
@@ -19,6 +20,7 @@
 
 #include "meshflow/dtensor/dtype.h"
 #include "meshflow/dtensor/tensor.h"
+#include "meshflow/ops/cpu_vector.h"
 #include "meshflow/ops/kernels.h"
 #include "meshflow/ops/op_spec.h"
 #include "meshflow/ops/op_test_cases.h"
@@ -27,6 +29,8 @@
 
 namespace meshflow {
 namespace {
+
+const bool kScalarKernels = SetCpuVectorLevel(CpuVectorLevel::kScalar).ok();
 
 namespace ew = elementwise;
 using testing::Case;
@@ -55,6 +59,11 @@ void ExpectAllSame(const std::vector<Case>& cases) {
 }
 
 // ---- Tests ----
+
+TEST(ElementwiseTest, CpuKernelsRunTheirScalarLoops) {
+  ASSERT_TRUE(kScalarKernels);
+  EXPECT_EQ(ActiveCpuVectorLevel(), CpuVectorLevel::kScalar);
+}
 
 TEST(ElementwiseTest, Bf16ConversionsMatchBFloat16) {
   for (uint32_t b = 0; b < 65536; ++b) {

@@ -1,6 +1,5 @@
 #include "meshflow/ops/kernels.h"
 
-#include <Eigen/Dense>
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -10,6 +9,8 @@
 #include <type_traits>
 #include <vector>
 
+#include "meshflow/ops/blas.h"
+#include "meshflow/ops/cpu_vector.h"
 #include "meshflow/ops/elementwise.h"
 #include "meshflow/ops/shape_util.h"
 
@@ -82,35 +83,29 @@ void ForEachBroadcast(std::span<const int64_t> out, const std::vector<int64_t>& 
 }
 
 template <typename T>
-Tensor MatmulT(const Tensor& a, const Tensor& b, const std::vector<int64_t>& batch) {
-  using Mat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+StatusOr<Tensor> MatmulT(const Tensor& a, const Tensor& b, const std::vector<int64_t>& batch) {
   const int64_t m = a.shape()[a.rank() - 2], k = a.shape()[a.rank() - 1], n = b.shape()[b.rank() - 1];
   std::vector<int64_t> out_shape = batch;
   out_shape.insert(out_shape.end(), {m, n});
-  Tensor c = Tensor::Zeros(DTypeOf<T>::value, out_shape);
-  if (m == 0 || n == 0 || k == 0) return c;
+  const bool empty = std::find(out_shape.begin(), out_shape.end(), 0) != out_shape.end();
+  if (empty || k == 0) return Tensor::Zeros(DTypeOf<T>::value, out_shape);
+  Tensor c = Tensor::Uninitialized(DTypeOf<T>::value, out_shape);  // every element written by the GEMM
   const std::span<const int64_t> ab(a.shape().data(), a.shape().size() - 2);
   const std::span<const int64_t> bb(b.shape().data(), b.shape().size() - 2);
   const std::vector<int64_t> sa = BroadcastStrides(ab, batch), sb = BroadcastStrides(bb, batch);
   const T* pa = a.data<T>().data();
   const T* pb = b.data<T>().data();
   T* pc = c.data<T>().data();
-  const bool small = m * k * n <= 4096;
+  Status status;
   auto gemm = [&](int64_t i, int64_t oa, int64_t ob) {
-    Eigen::Map<const Mat> A(pa + oa * m * k, m, k);
-    Eigen::Map<const Mat> B(pb + ob * k * n, k, n);
-    Eigen::Map<Mat> C(pc + i * m * n, m, n);
-    if (small) {
-      C.noalias() = A.lazyProduct(B);  // coefficient-wise: no GEMM blocking setup for tiny shapes
-    } else {
-      C.noalias() = A * B;
-    }
+    if (status.ok()) status = Gemm<T>(m, n, k, pa + oa * m * k, pb + ob * k * n, pc + i * m * n);
   };
   if (batch.empty()) {
     gemm(0, 0, 0);
   } else {
     ForEachBroadcast(batch, sa, sb, gemm);
   }
+  MF_RETURN_IF_ERROR(status);
   return c;
 }
 
@@ -233,6 +228,9 @@ Tensor UnaryT(UnaryOp op, const Tensor& x, double alpha) {
   const auto px = x.data<T>();
   auto py = y.data<T>();
   const T a = static_cast<T>(alpha);
+  if constexpr (std::is_same_v<T, float>) {
+    if (VectorUnaryF32(op, px.data(), py.data(), static_cast<int64_t>(px.size()), a)) return y;
+  }
   switch (op) {
     case UnaryOp::kNeg: UnaryInto<UnaryOp::kNeg>(px, py, a); break;
     case UnaryOp::kScale: UnaryInto<UnaryOp::kScale>(px, py, a); break;
@@ -285,7 +283,8 @@ Tensor ReduceT(ReduceKind kind, const Tensor& x, const std::vector<int>& dims, b
   // Reduced dims that are a suffix (rows of `inner` consecutive elements, e.g. the last dim) or a
   // prefix (whole slabs added into the output, e.g. a bias gradient) run as plain loops; other
   // patterns walk the multi-index. Every output folds its inputs in row-major order either way,
-  // so all three give the same bits.
+  // so all three give the same bits, except f32 sums over a suffix: those use the vectorized
+  // 8-lane row sums (cpu_vector.h), a different order (a few ulp of the double sum).
   int suffix_from = rank, prefix_to = 0;
   while (suffix_from > 0 && reduced[static_cast<size_t>(suffix_from - 1)]) --suffix_from;
   while (prefix_to < rank && reduced[static_cast<size_t>(prefix_to)]) ++prefix_to;
@@ -299,6 +298,16 @@ Tensor ReduceT(ReduceKind kind, const Tensor& x, const std::vector<int>& dims, b
     if (total == 0) return;
     if (suffix) {
       const int64_t inner = total / n_out;
+      if constexpr (std::is_same_v<T, float>) {
+        double sum = 0;
+        if ((kind == ReduceKind::kSum || kind == ReduceKind::kMean) && VectorSumF32(px, 0, &sum)) {
+          for (int64_t o = 0; o < n_out; ++o) {  // the vectorized row sums
+            VectorSumF32(px + o * inner, inner, &sum);
+            acc[static_cast<size_t>(o)] += sum;
+          }
+          return;
+        }
+      }
       for (int64_t o = 0; o < n_out; ++o) {
         Acc a = acc[static_cast<size_t>(o)];
         const T* row = px + o * inner;
@@ -349,6 +358,10 @@ Tensor SoftmaxT(const Tensor& x, int d, bool log) {
   const int64_t n = x.shape()[d];
   const auto px = x.data<T>();
   auto py = y.data<T>();
+  if constexpr (std::is_same_v<T, float>) {
+    // Contiguous rows: the vectorized loops (unless the level is kScalar).
+    if (inner == 1 && n > 0 && VectorSoftmaxRowsF32(px.data(), py.data(), outer, n, log)) return y;
+  }
   for (int64_t o = 0; o < outer; ++o) {
     for (int64_t in = 0; in < inner; ++in) {
       const int64_t base = o * n * inner + in;
@@ -390,7 +403,10 @@ StatusOr<Tensor> MatmulKernel(const Tensor& a, const Tensor& b) {
   switch (a.dtype()) {
     case DType::kF32: return MatmulT<float>(a, b, batch);
     case DType::kF64: return MatmulT<double>(a, b, batch);
-    default: return ToBF16(MatmulT<float>(ToF32(a), ToF32(b), batch));
+    default: {
+      MF_ASSIGN_OR_RETURN(Tensor c, MatmulT<float>(ToF32(a), ToF32(b), batch));
+      return ToBF16(c);
+    }
   }
 }
 
@@ -581,13 +597,18 @@ Tensor NormT(NormKind kind, const Tensor& x, int64_t inner, const Tensor* w, con
   const auto px = x.data<T>();
   auto py = y.data<T>();
   const int64_t outer = inner == 0 ? 0 : x.NumElements() / inner;
+  const T* pw = w != nullptr ? w->data<T>().data() : nullptr;
+  const T* pb = b != nullptr ? b->data<T>().data() : nullptr;
+  if constexpr (std::is_same_v<T, float>) {
+    if (VectorNormRowsF32(kind, px.data(), pw, pb, py.data(), outer, inner, eps)) return y;
+  }
   for (int64_t o = 0; o < outer; ++o) {
     const T* row = px.data() + o * inner;
     const ew::NormStats s = ew::NormRowStats<T>(row, 0, inner, kind, eps);
     for (int64_t j = 0; j < inner; ++j) {
-      const double wj = w != nullptr ? static_cast<double>(w->data<T>()[j]) : 0.0;
-      const double bj = b != nullptr ? static_cast<double>(b->data<T>()[j]) : 0.0;
-      py[o * inner + j] = static_cast<T>(ew::NormValue(static_cast<double>(row[j]), s, w != nullptr, wj, b != nullptr, bj));
+      const double wj = pw != nullptr ? static_cast<double>(pw[j]) : 0.0;
+      const double bj = pb != nullptr ? static_cast<double>(pb[j]) : 0.0;
+      py[o * inner + j] = static_cast<T>(ew::NormValue(static_cast<double>(row[j]), s, pw != nullptr, wj, pb != nullptr, bj));
     }
   }
   return y;

@@ -12,8 +12,8 @@
 //   MF_ASSIGN_OR_RETURN(Tensor s, ReduceKernel(ReduceKind::kMean, x, std::vector<int>{1}, false));
 //   MF_ASSIGN_OR_RETURN(Tensor p, SoftmaxKernel(x, /*dim=*/-1, /*log=*/false));
 //
-// Matmul uses Eigen GEMM on row-major Eigen::Map views, one call per batch entry; batch dims
-// broadcast like numpy. Sums accumulate in double. Softmax subtracts the row max first.
+// Matmul is one OpenBLAS GEMM per batch entry (ops/blas.h: one BLAS thread per rank by default);
+// batch dims broadcast like numpy. Sums accumulate in double. Softmax subtracts the row max first.
 // The per-element and per-row math is ops/elementwise.h, shared with the device kernels
 // (ops/shared_kernels.h, ops/cuda/cuda_op_kernels.h).
 #ifndef MESHFLOW_OPS_KERNELS_H_

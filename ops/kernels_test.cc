@@ -1,9 +1,13 @@
 #include "meshflow/ops/kernels.h"
 
 #include <cmath>
+#include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
+#include "meshflow/ops/cpu_vector.h"
+#include "meshflow/ops/shape_util.h"
 #include "meshflow/ops/test_util.h"
 
 namespace meshflow {
@@ -329,6 +333,97 @@ TEST(MatmulKernel, RankOne) {
   EXPECT_EQ(MatmulKernel(v, bm)->shape(), (std::vector<int64_t>{2, 2}));
   EXPECT_EQ(MatmulKernel(Tensor(), v).status().message(), "matmul: operands need rank >= 1, got shapes [] and [3]");
 }
+
+}  // namespace
+}  // namespace meshflow
+
+namespace meshflow {
+namespace {
+
+// The vectorized f32 loops (cpu_vector.h) at every level this CPU runs, against the scalar
+// kernels (CpuVectorLevel::kScalar, today's reference): the unary ops they cover, softmax and
+// log-softmax (last dim: vector rows; other dims: strided, scalar either way), layer / RMS norm
+// with and without weight and bias, sums and means over a suffix; f32 and bf16; empty, uneven and
+// broadcast-shaped operands. f32: absolute 1e-6 + relative 2e-6 (cpu_vector.h's stated bounds);
+// bf16: one bf16 rounding step (relative 2^-8) + 1e-6.
+class VectorLevelTest : public ::testing::TestWithParam<CpuVectorLevel> {
+ protected:
+  void TearDown() override { ASSERT_TRUE(SetCpuVectorLevel(BestCpuVectorLevel()).ok()); }
+
+  // Runs `kernel` at kScalar and at the test's level and compares.
+  template <typename F>
+  void Check(const std::string& what, F kernel) {
+    ASSERT_TRUE(SetCpuVectorLevel(CpuVectorLevel::kScalar).ok());
+    StatusOr<Tensor> want = kernel();
+    ASSERT_TRUE(SetCpuVectorLevel(GetParam()).ok());
+    StatusOr<Tensor> got = kernel();
+    ASSERT_TRUE(want.ok() && got.ok()) << what << ": " << want.status() << " / " << got.status();
+    ASSERT_EQ(got->shape(), want->shape()) << what;
+    ASSERT_EQ(got->dtype(), want->dtype()) << what;
+    const bool bf16 = got->dtype() == DType::kBF16;
+    for (int64_t i = 0; i < got->NumElements(); ++i) {
+      const double g = got->GetAsDouble(i), w = want->GetAsDouble(i);
+      if (std::isnan(w) || std::isinf(w)) {
+        EXPECT_TRUE(std::isnan(w) ? std::isnan(g) : g == w) << what << " at " << i << ": " << g << " vs " << w;
+        continue;
+      }
+      const double tol = bf16 ? 1e-6 + std::ldexp(std::fabs(w), -8) : 1e-6 + 2e-6 * std::fabs(w);
+      ASSERT_LE(std::fabs(g - w), tol) << what << " at " << i << ": " << g << " vs " << w;
+    }
+  }
+};
+
+TEST_P(VectorLevelTest, MatchesTheScalarKernels) {
+  const std::vector<std::vector<int64_t>> shapes = {{0, 5}, {3, 17}, {2, 3, 33}, {4, 1}, {1, 1024}};
+  for (DType t : {DType::kF32, DType::kBF16}) {
+    int seed = 0;
+    for (const std::vector<int64_t>& shape : shapes) {
+      const Tensor x = GlobalFor(t, shape, ++seed, -0.5);
+      const std::string s = std::string(DTypeName(t)) + " " + ShapeString(shape);
+      for (UnaryOp op : {UnaryOp::kExp, UnaryOp::kTanh, UnaryOp::kGelu, UnaryOp::kSigmoid, UnaryOp::kSilu,
+                         UnaryOp::kGeluDeriv, UnaryOp::kSiluDeriv, UnaryOp::kTanhDeriv, UnaryOp::kSigmoidDeriv}) {
+        Check(std::string(UnaryOpName(op)) + " " + s, [&] { return UnaryKernel(op, x); });
+      }
+      for (int dim : {-1, 0}) {
+        for (bool log : {false, true}) {
+          Check("softmax dim " + std::to_string(dim) + (log ? " log " : " ") + s,
+                [&] { return SoftmaxKernel(x, dim, log); });
+        }
+      }
+      const int64_t d = shape.back();
+      const Tensor w = GlobalFor(t, {d}, ++seed), b = GlobalFor(t, {d}, ++seed);
+      for (NormKind kind : {NormKind::kLayerNorm, NormKind::kRmsNorm}) {
+        for (int affine = 0; affine < 4; ++affine) {
+          Check("norm " + std::to_string(static_cast<int>(kind)) + " affine " + std::to_string(affine) + " " + s, [&] {
+            return NormKernel(kind, x, 1, affine & 1 ? &w : nullptr, affine & 2 ? &b : nullptr, 1e-5);
+          });
+        }
+      }
+      const int last = static_cast<int>(shape.size()) - 1;
+      for (ReduceKind kind : {ReduceKind::kSum, ReduceKind::kMean}) {
+        for (bool keepdim : {false, true}) {
+          Check("reduce last " + s, [&] { return ReduceKernel(kind, x, std::vector<int>{last}, keepdim); });
+        }
+        if (shape.size() == 3) {  // a suffix of two dims
+          Check("reduce last two " + s, [&] { return ReduceKernel(kind, x, std::vector<int>{1, 2}, false); });
+        }
+      }
+    }
+  }
+}
+
+std::vector<CpuVectorLevel> VectorLevels() {
+  std::vector<CpuVectorLevel> out;
+  for (CpuVectorLevel l : {CpuVectorLevel::kBaseline, CpuVectorLevel::kAvx2, CpuVectorLevel::kAvx512}) {
+    if (l <= BestCpuVectorLevel()) out.push_back(l);
+  }
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Levels, VectorLevelTest, ::testing::ValuesIn(VectorLevels()),
+                         [](const ::testing::TestParamInfo<CpuVectorLevel>& info) {
+                           return std::string(CpuVectorLevelName(info.param));
+                         });
 
 }  // namespace
 }  // namespace meshflow

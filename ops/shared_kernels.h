@@ -62,7 +62,7 @@ class KernelBackend {
                         std::span<const int64_t> b_shape, void* c, DType dtype) = 0;
 };
 
-// Host memory; bodies run in host loops on the calling thread; matmul is MatmulKernel (Eigen).
+// Host memory; bodies run in host loops on the calling thread; matmul is MatmulKernel (OpenBLAS).
 class HostLoopBackend final : public KernelBackend {
  public:
   Device device() const override { return Device::Host(); }

@@ -7,7 +7,7 @@
 // cublasGemmStridedBatchedEx when each operand's batch is either full or entirely broadcast (stride
 // 0); other broadcast patterns loop over the output batch with one strided call per entry.
 // Accumulation: f32 in f32 (CUBLAS_COMPUTE_32F; TF32 tensor cores only with allow_tf32), f64 in f64.
-// Results match the Eigen kernel up to summation order (tests: relative 1e-5 for f32).
+// Results match the CPU kernel (OpenBLAS) up to summation order (tests: relative 1e-5 for f32).
 //
 //   MF_ASSIGN_OR_RETURN(Tensor c, CudaMatmulKernel(a, b));              // host tensors
 //   const int64_t a_shape[] = {8, 64, 32}, b_shape[] = {32, 16};        // d_c: [8, 64, 16]

@@ -1,4 +1,4 @@
-// CudaMatmulKernel (cuBLAS) vs the Eigen kernel MatmulKernel: shapes with batch broadcasting
+// CudaMatmulKernel (cuBLAS) vs the CPU kernel MatmulKernel (OpenBLAS): shapes with batch broadcasting
 // of every kind, empty dims, f32/f64/bf16; plus the device entry point and argument errors. Tests
 // that need a GPU skip without one.
 #include "meshflow/ops/cuda/cublas_matmul.h"
@@ -38,7 +38,7 @@ TEST(CudaMatmulTest, ShapeErrorsNeedNoDevice) {
   EXPECT_EQ(CudaMatmulKernel(a, a).status().code(), StatusCode::kInvalidArgument);
 }
 
-TEST(CudaMatmulTest, MatchesEigenKernel) {
+TEST(CudaMatmulTest, MatchesCpuKernel) {
   MF_SKIP_WITHOUT_CUDA_DEVICE();
   std::mt19937 rng(3);
   const std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>> shapes = {

@@ -1,6 +1,7 @@
 // Every example in compiler/graph.h, compiler/propagation.h, compiler/program.h, runtime/eager.h, ops/op_spec.h,
 // runtime/strategy.h, ops/kernels.h, ops/sharding_rule.h, ops/shape_util.h, ops/op_kinds.h,
-// ops/elementwise.h and ops/shared_kernels.h is compiled here; keep them identical.
+// ops/elementwise.h, ops/shared_kernels.h, ops/blas.h and ops/cpu_vector.h is compiled here; keep
+// them identical.
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -22,6 +23,8 @@
 #include "meshflow/runtime/eager.h"
 #include "meshflow/compiler/graph.h"
 #include "meshflow/compiler/graph_autodiff.h"
+#include "meshflow/ops/blas.h"
+#include "meshflow/ops/cpu_vector.h"
 #include "meshflow/ops/elementwise.h"
 #include "meshflow/ops/kernels.h"
 #include "meshflow/ops/op_kinds.h"
@@ -65,6 +68,34 @@ Status GraphExample(std::optional<Graph>* graph, ValueId* h_out) {
   graph->emplace(g);
   *h_out = h;
   return Status::Ok();
+}
+
+// ops/blas.h
+Status BlasExample(int64_t m, int64_t n, int64_t k, const float* a, const float* b, float* c) {
+  MF_RETURN_IF_ERROR(SetBlasThreads(4));        // a single-rank program that owns 4 cores
+  MF_RETURN_IF_ERROR(Gemm<float>(m, n, k, a, b, c));   // c[m, n] = a[m, k] x b[k, n]
+  return SetBlasThreads(1);
+}
+
+TEST(BlasDocTest, Example) {
+  const std::vector<float> a = {1, 2, 3, 4, 5, 6}, b = {1, 0, 0, 1, 1, 1};  // [2, 3] x [3, 2]
+  std::vector<float> c(4);
+  ASSERT_TRUE(BlasExample(2, 2, 3, a.data(), b.data(), c.data()).ok());
+  EXPECT_EQ(c, (std::vector<float>{4, 5, 10, 11}));
+  EXPECT_EQ(BlasThreads(), 1);
+}
+
+// ops/cpu_vector.h
+void CpuVectorExample(const float* x, float* y, int64_t n, int64_t rows) {
+  if (!VectorUnaryF32(UnaryOp::kGelu, x, y, n, 1.0f)) { /* scalar loop */ }
+  if (!VectorSoftmaxRowsF32(x, y, rows, n / rows, /*log=*/false)) { /* scalar loop */ }
+}
+
+TEST(CpuVectorDocTest, Example) {
+  const std::vector<float> x = {0, 0, 0, 0};
+  std::vector<float> y(4);
+  CpuVectorExample(x.data(), y.data(), 4, 2);
+  EXPECT_EQ(y, (std::vector<float>{0.5f, 0.5f, 0.5f, 0.5f}));  // softmax of two zeros per row
 }
 
 TEST(GraphDocTest, Example) {
