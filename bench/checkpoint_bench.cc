@@ -10,8 +10,9 @@
 //   BM_PlainWrite       every rank write()s its 16 MiB into its own file and fsyncs it: the floor.
 //   BM_LoadCheckpoint/0 load into the saved layout S(0) on 4 ranks (exact chunk reads + CRC).
 //   BM_LoadCheckpoint/1 load resharded to S(0),S(1) on a 2x2 mesh: each rank needs half the
-//                       columns of two chunks; every checksum block holding needed bytes is read
-//                       whole (2x over-read, see bytes_read_per_op).
+//                       columns of two chunks; with the 4 KiB checksum blocks of 16 MiB chunks
+//                       (ChunkBlockBytes) it reads only the blocks of its half rows
+//                       (bytes_read_per_op = 64 MiB; with 1 MiB blocks it read 128 MiB).
 //   BM_PlainRead        every rank pread()s its 16 MiB (one call, into a reused buffer).
 // Every row has the same counters (the CSV reporter requires one counter set for all rows):
 //   bytes_read_per_op   bytes read from files by all ranks in one op (0 for the writes; the
@@ -20,7 +21,7 @@
 //                       the same iterations, alternately (so under the same machine load): for
 //                       the loads, every rank pread()s 16 MiB of the checkpoint's own data file
 //                       into a reused buffer; for the save, BM_PlainWrite's op. 1 for the plain
-//                       rows. Load >= 0.5 and resharded load >= 0.4 are the targets.
+//                       rows. Load >= 0.5 and resharded load >= 0.5 are the targets.
 // Files live in a fresh directory per run (mkdtemp under $TEST_TMPDIR or the system temp
 // directory, removed at exit), in the page cache after the first iteration, so these are
 // memory-bandwidth + syscall + fsync figures, not disk figures.

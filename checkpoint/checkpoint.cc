@@ -111,17 +111,28 @@ Status FsyncPath(const std::string& path, bool directory) {
 }
 
 // Writes a whole file (O_EXCL) and fsyncs it; appends the CRC-32C of each part to `crcs` when
-// given (computed just before the part is written).
+// given (computed just before the part is written). Parts adjacent in memory (the checksum
+// blocks of one chunk) are written together, up to kWriteBytes per write.
+constexpr int64_t kWriteBytes = int64_t{1} << 20;
 Status WriteFileSynced(const std::string& path, std::span<const std::span<const std::byte>> parts,
                        std::vector<uint32_t>* crcs = nullptr) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) return UnavailableError("cannot create " + path + ": " + Errno(errno));
   Status s;
+  const std::byte* pending = nullptr;
+  int64_t pending_len = 0;
   for (std::span<const std::byte> p : parts) {
     if (crcs != nullptr) crcs->push_back(Crc32c(p));
-    s = WriteAll(fd, p.data(), static_cast<int64_t>(p.size()), path);
+    if (pending != nullptr && pending + pending_len == p.data() && pending_len < kWriteBytes) {
+      pending_len += static_cast<int64_t>(p.size());
+      continue;
+    }
+    if (pending_len > 0) s = WriteAll(fd, pending, pending_len, path);
     if (!s.ok()) break;
+    pending = p.data();
+    pending_len = static_cast<int64_t>(p.size());
   }
+  if (s.ok() && pending_len > 0) s = WriteAll(fd, pending, pending_len, path);
   if (s.ok() && ::fsync(fd) != 0) s = UnavailableError("fsync of " + path + " failed: " + Errno(errno));
   if (::close(fd) != 0 && s.ok()) s = UnavailableError("close of " + path + " failed: " + Errno(errno));
   return s;
@@ -271,6 +282,7 @@ struct PlannedChunk {
   int file = 0;  // communicator index of the owner
   int64_t byte_offset = 0;
   int64_t byte_length = 0;
+  int64_t block_bytes = 0;  // ChunkBlockBytes
   int64_t num_blocks = 0;
 };
 
@@ -562,7 +574,8 @@ Status SaveCheckpoint(const std::string& dir_in, const std::vector<std::pair<std
     for (PlannedChunk& c : t.chunks) {
       c.byte_offset = file_sizes[c.file];
       file_sizes[c.file] += c.byte_length;
-      c.num_blocks = NumChecksumBlocks(c.byte_length, options.checksum_block_bytes);
+      c.block_bytes = ChunkBlockBytes(c.byte_length, options.checksum_block_bytes);
+      c.num_blocks = NumChecksumBlocks(c.byte_length, c.block_bytes);
       crc_counts[c.file] += c.num_blocks;
     }
   }
@@ -617,7 +630,6 @@ Status SaveCheckpoint(const std::string& dir_in, const std::vector<std::pair<std
   } else {
     // Each checksum block is checksummed right before it is written, while it is in cache.
     std::vector<std::span<const std::byte>> parts;
-    const int64_t block = options.checksum_block_bytes;
     for (const PlannedTensor& t : plan) {
       for (const PlannedChunk& c : t.chunks) {
         if (c.file != me) continue;
@@ -625,7 +637,7 @@ Status SaveCheckpoint(const std::string& dir_in, const std::vector<std::pair<std
         // The owner's local box is the chunk's box, so its buffer is the chunk, row-major.
         const std::span<const std::byte> bytes(lt.raw(), static_cast<size_t>(lt.NumBytes()));
         for (int64_t k = 0; k < c.num_blocks; ++k) {
-          const int64_t b = k * block, e = std::min(c.byte_length, b + block);
+          const int64_t b = k * c.block_bytes, e = std::min(c.byte_length, b + c.block_bytes);
           parts.push_back(bytes.subspan(static_cast<size_t>(b), static_cast<size_t>(e - b)));
         }
       }
@@ -667,6 +679,7 @@ Status SaveCheckpoint(const std::string& dir_in, const std::vector<std::pair<std
         cr.file = c.file;
         cr.byte_offset = c.byte_offset;
         cr.byte_length = c.byte_length;
+        cr.block_bytes = c.block_bytes;
         cr.block_crcs.assign(all_crcs.begin() + next[c.file], all_crcs.begin() + next[c.file] + c.num_blocks);
         next[c.file] += c.num_blocks;
         t.chunks.push_back(std::move(cr));
@@ -1070,74 +1083,96 @@ class Runs {
   bool done_ = false;
 };
 
+// Gaps between needed checksum blocks at least this long are skipped (one more preadv); shorter
+// ones are read through into scratch (a copy and a checksum cost less than a syscall).
+constexpr int64_t kMinSkipBytes = 4096;
+
+// The checksum blocks of chunk `c` that hold needed bytes, as ranges [first, end) of block indices
+// in increasing order, with gaps shorter than kMinSkipBytes merged. `runs` is a copy (a cursor).
+std::vector<std::pair<int64_t, int64_t>> NeededBlockRanges(Runs runs, int64_t block) {
+  std::vector<std::pair<int64_t, int64_t>> ranges;
+  for (; !runs.done(); runs.Next()) {
+    const int64_t b0 = runs.src() / block, b1 = (runs.src() + runs.run_bytes() + block - 1) / block;
+    if (!ranges.empty() && (b0 - ranges.back().second) * block < kMinSkipBytes) {
+      ranges.back().second = std::max(ranges.back().second, b1);
+    } else {
+      ranges.emplace_back(b0, b1);
+    }
+  }
+  return ranges;
+}
+
 // Reads the part `inter` (global coordinates, non-empty) of chunk `c` into `dst` (this rank's
-// local tensor, whose global box is `dst_box`). The read spans the chunk bytes from the first to
-// the last needed element, rounded out to whole checksum blocks, in pieces of kPieceBytes: each
-// piece is one preadv that puts long runs of needed bytes straight into dst and everything else
-// (block heads and tails, unneeded row parts, short runs) into a scratch buffer, and is
-// checksummed right after the read; short runs are then copied out of scratch. Every checksum
-// block read is verified; on a mismatch dst holds garbage and the caller drops it.
-Status ReadChunkPart(const TensorRecord& t, const ChunkRecord& c, const Box& inter, const Box& dst_box,
-                     int64_t block, DataFiles& files, Tensor& dst, LoadStats& stats, ReadScratch& scratch) {
+// local tensor, whose global box is `dst_box`). Only the checksum blocks (c.block_bytes) that hold
+// needed bytes are read, each range of adjacent ones (NeededBlockRanges) in pieces of
+// kPieceBytes: each piece is one preadv that puts long runs of needed bytes straight into dst and
+// everything else (block heads and tails, unneeded row parts, short runs) into a scratch buffer,
+// and is checksummed right after the read; short runs are then copied out of scratch. Every
+// checksum block read is verified; on a mismatch dst holds garbage and the caller drops it.
+Status ReadChunkPart(const TensorRecord& t, const ChunkRecord& c, const Box& inter, const Box& dst_box, DataFiles& files,
+                     Tensor& dst, LoadStats& stats, ReadScratch& scratch) {
   const int64_t es = DTypeSize(t.dtype);
+  const int64_t block = c.block_bytes;
   Runs runs(c, inter, dst_box, es, dst.raw());
-  const int64_t b0 = runs.first() / block, b1 = (runs.end() + block - 1) / block;
-  const int64_t rd_begin = b0 * block, rd_end = std::min(c.byte_length, b1 * block);
   MF_ASSIGN_OR_RETURN(int fd, files.Get(c.file, t.name));
   const std::string path = files.Path(c.file);
   // Runs shorter than kMinDirectRun would cost an iovec each for a few bytes: read them into
   // scratch with the rest and copy them out (memcpy of whole runs).
   const bool direct = runs.run_bytes() >= kMinDirectRun || runs.num_runs() == 1;
   std::byte* const buf = scratch.Buf();
-  BlockVerifier verify(t, c, block, b0, path);
-  int64_t pos = rd_begin;
   int64_t in_run = 0;  // bytes of the current run already placed
-  while (pos < rd_end) {
-    const int64_t piece_begin = pos, piece_limit = std::min(rd_end, pos + kPieceBytes);
-    scratch.segs.clear();
-    scratch.iov.clear();
-    int64_t used = 0;  // of the scratch buffer
-    while (pos < piece_limit && scratch.iov.size() < kMaxIov) {
-      ReadScratch::Segment seg{pos, 0, nullptr, nullptr};
-      if (!runs.done() && pos >= runs.src()) {
-        seg.len = std::min(runs.run_bytes() - in_run, piece_limit - pos);
-        seg.dst = runs.dst() + in_run;
-        in_run += seg.len;
-        if (in_run == runs.run_bytes()) {
-          runs.Next();
-          in_run = 0;
-        }
-      } else {
-        seg.len = std::min(runs.done() ? rd_end : runs.src(), piece_limit) - pos;
-      }
-      seg.mem = direct && seg.dst != nullptr ? seg.dst : buf + used;
-      if (seg.mem != seg.dst || !direct) used += seg.len;
-      pos += seg.len;
-      if (direct) {
-        // Adjacent scratch segments extend the previous iovec.
-        if (!scratch.iov.empty() && static_cast<std::byte*>(scratch.iov.back().iov_base) + scratch.iov.back().iov_len == seg.mem) {
-          scratch.iov.back().iov_len += static_cast<size_t>(seg.len);
+  for (const auto& [k0, k1] : NeededBlockRanges(runs, block)) {
+    const int64_t rd_begin = k0 * block, rd_end = std::min(c.byte_length, k1 * block);
+    BlockVerifier verify(t, c, block, k0, path);
+    int64_t pos = rd_begin;
+    while (pos < rd_end) {
+      const int64_t piece_begin = pos, piece_limit = std::min(rd_end, pos + kPieceBytes);
+      scratch.segs.clear();
+      scratch.iov.clear();
+      int64_t used = 0;  // of the scratch buffer
+      while (pos < piece_limit && scratch.iov.size() < kMaxIov) {
+        ReadScratch::Segment seg{pos, 0, nullptr, nullptr};
+        if (!runs.done() && pos >= runs.src()) {
+          seg.len = std::min(runs.run_bytes() - in_run, piece_limit - pos);
+          seg.dst = runs.dst() + in_run;
+          in_run += seg.len;
+          if (in_run == runs.run_bytes()) {
+            runs.Next();
+            in_run = 0;
+          }
         } else {
-          scratch.iov.push_back({seg.mem, static_cast<size_t>(seg.len)});
+          seg.len = std::min(runs.done() ? rd_end : runs.src(), piece_limit) - pos;
         }
+        seg.mem = direct && seg.dst != nullptr ? seg.dst : buf + used;
+        if (seg.mem != seg.dst || !direct) used += seg.len;
+        pos += seg.len;
+        if (direct) {
+          // Adjacent scratch segments extend the previous iovec.
+          if (!scratch.iov.empty() &&
+              static_cast<std::byte*>(scratch.iov.back().iov_base) + scratch.iov.back().iov_len == seg.mem) {
+            scratch.iov.back().iov_len += static_cast<size_t>(seg.len);
+          } else {
+            scratch.iov.push_back({seg.mem, static_cast<size_t>(seg.len)});
+          }
+        }
+        scratch.segs.push_back(seg);
       }
-      scratch.segs.push_back(seg);
-    }
-    if (!direct) scratch.iov.push_back({buf, static_cast<size_t>(pos - piece_begin)});
-    MF_ASSIGN_OR_RETURN(int64_t got, PreadvFull(fd, scratch.iov, c.byte_offset + piece_begin, path));
-    stats.bytes_read += got;
-    if (got != pos - piece_begin) {
-      return DataLossError("tensor '" + t.name + "' chunk " + c.box.ToString() + ": data file " + path +
-                           " is truncated: read " + std::to_string(piece_begin - rd_begin + got) + " of " +
-                           std::to_string(rd_end - rd_begin) + " bytes at offset " +
-                           std::to_string(c.byte_offset + rd_begin));
-    }
-    if (direct) {
-      for (const ReadScratch::Segment& seg : scratch.segs) MF_RETURN_IF_ERROR(verify.Feed(seg.pos, seg.mem, seg.len));
-    } else {
-      MF_RETURN_IF_ERROR(verify.Feed(piece_begin, buf, pos - piece_begin));
-      for (const ReadScratch::Segment& seg : scratch.segs) {
-        if (seg.dst != nullptr) std::memcpy(seg.dst, seg.mem, static_cast<size_t>(seg.len));
+      if (!direct) scratch.iov.push_back({buf, static_cast<size_t>(pos - piece_begin)});
+      MF_ASSIGN_OR_RETURN(int64_t got, PreadvFull(fd, scratch.iov, c.byte_offset + piece_begin, path));
+      stats.bytes_read += got;
+      if (got != pos - piece_begin) {
+        return DataLossError("tensor '" + t.name + "' chunk " + c.box.ToString() + ": data file " + path +
+                             " is truncated: read " + std::to_string(piece_begin - rd_begin + got) + " of " +
+                             std::to_string(rd_end - rd_begin) + " bytes at offset " +
+                             std::to_string(c.byte_offset + rd_begin));
+      }
+      if (direct) {
+        for (const ReadScratch::Segment& seg : scratch.segs) MF_RETURN_IF_ERROR(verify.Feed(seg.pos, seg.mem, seg.len));
+      } else {
+        MF_RETURN_IF_ERROR(verify.Feed(piece_begin, buf, pos - piece_begin));
+        for (const ReadScratch::Segment& seg : scratch.segs) {
+          if (seg.dst != nullptr) std::memcpy(seg.dst, seg.mem, static_cast<size_t>(seg.len));
+        }
       }
     }
   }
@@ -1221,7 +1256,7 @@ Status ReadPrepared(const std::vector<LoadRequest>& requests, const std::vector<
       for (const ChunkRecord& c : t.chunks) {
         const Box inter = Intersect(c.box, box);
         if (inter.empty()) continue;
-        MF_RETURN_IF_ERROR(ReadChunkPart(t, c, inter, box, md.checksum_block_bytes, files, local, stats, scratch));
+        MF_RETURN_IF_ERROR(ReadChunkPart(t, c, inter, box, files, local, stats, scratch));
         covered += inter.NumElements();
       }
       if (covered != box.NumElements()) {

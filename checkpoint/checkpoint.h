@@ -40,7 +40,7 @@
 // (Aborted) instead of mixing steps.
 //
 // Errors never produce wrong data: every byte read from a data file is covered by a verified
-// CRC-32C block checksum (a partial read is rounded out to whole checksum blocks).
+// CRC-32C block checksum (a partial read reads the needed checksum blocks whole).
 //   NotFound          no checkpoint at dir; unknown tensor name; a missing data file
 //   DataLoss          corrupted or truncated metadata or data file (names the tensor and file)
 //   Unimplemented     metadata of an unknown format version
@@ -87,8 +87,10 @@ struct SaveInfo;
 struct SaveOptions {
   // Opaque blob stored in the metadata (e.g. the data loader's serialized state).
   std::string extra_state{};
-  // Bytes covered by one CRC-32C of a chunk (> 0). Loads read whole blocks, so smaller blocks
-  // mean less over-read for partial chunk reads and a larger metadata file.
+  // The largest checksum block (> 0): each chunk gets ChunkBlockBytes(its bytes, this), 4 KiB
+  // for chunks up to 16 MiB, at most 4096 blocks per chunk. Loads read only the blocks they
+  // need, whole, so smaller blocks mean less over-read for partial chunk reads and a larger
+  // metadata file.
   int64_t checksum_block_bytes = int64_t{1} << 20;
 
   // Fault injection (tests). fail_after_files >= 0: every rank stops after it has completely

@@ -289,10 +289,72 @@ TEST(CheckpointTest, ReshardedLoadsOnEveryReadPath) {
   }
 }
 
+// Loads tensor "w" of `spec` from `dir` as `ps` on `mesh`, checks every rank's values against
+// the reference, and that every rank read `want` bytes from the data files.
+void ExpectBytesRead(const std::string& dir, const Spec& spec, const DeviceMesh& mesh, const std::string& ps,
+                     int64_t want) {
+  const Layout layout = Layout::Create(spec.shape, mesh, *ParsePlacements(ps)).value();
+  std::vector<LoadStats> stats(static_cast<size_t>(mesh.size()));
+  ASSERT_TRUE(WorldOf(mesh.size())
+                  .Run([&](Communicator& comm) -> Status {
+                    MF_ASSIGN_OR_RETURN(RankContext ctx, RankContext::Create(comm, mesh));
+                    MF_ASSIGN_OR_RETURN(auto got,
+                                        LoadTensors(dir, {LoadRequest{"w", layout}}, ctx, &stats[comm.world_rank()]));
+                    MF_ASSIGN_OR_RETURN(Tensor expected, ReferenceLocal(GlobalFor(spec.dtype, spec.shape), layout,
+                                                                        comm.world_rank()));
+                    if (!(got[0].local() == expected)) return InternalError("mismatch");
+                    return Status();
+                  })
+                  .ok());
+  for (size_t r = 0; r < stats.size(); ++r) EXPECT_EQ(stats[r].bytes_read, want) << ps << " rank " << r;
+}
+
+// Loads that need only some checksum blocks of a chunk read only those (and each once): f32
+// [64, 4096] (16 KiB rows) saved S(0) on 2 ranks: 512 KiB chunks, 4 KiB blocks (ChunkBlockBytes),
+// four per row. S(0),S(1) on 2x2 needs 8 KiB of each of 32 rows (2 blocks of 4): 256 KiB read,
+// exactly the result. S(1) on 4: one block per row, 256 KiB. S(1) on 8: 2 KiB per row, inside one
+// block: the block is read whole, 256 KiB for 128 KiB of result.
+TEST(CheckpointTest, LoadSkipsTheBlocksItDoesNotNeed) {
+  const std::string dir = TestDir("skip_blocks");
+  const Spec spec{"w", DType::kF32, {64, 4096}, "S(0)", ""};
+  ASSERT_TRUE(SaveSpecs(dir, {spec}, Mesh({2})).ok());
+  ASSERT_EQ(ReadCheckpointMetadata(dir).value().Find("w")->chunks[0].block_bytes, 4096);
+  for (const auto& [mesh, ps, want] : std::vector<std::tuple<DeviceMesh, std::string, int64_t>>{
+           {Mesh({2, 2}), "S(0),S(1)", 256 << 10}, {Mesh({4}), "S(1)", 256 << 10}, {Mesh({8}), "S(1)", 256 << 10}}) {
+    ExpectBytesRead(dir, spec, mesh, ps, want);
+  }
+}
+
+// A version 1 checkpoint (one checksum block size for the whole checkpoint, before per-chunk
+// block sizes) still loads, same-layout and resharded: the metadata of a save with 4 KiB blocks
+// (then every chunk's block is the cap) rewritten in version 1.
+TEST(CheckpointTest, VersionOneCheckpointStillLoads) {
+  const std::string dir = TestDir("version1");
+  const std::vector<Spec> specs = {{"big", DType::kF32, {256, 1024}, "S(0)", ""},
+                                   {"uneven", DType::kF32, {13, 1030}, "S(0)", ""}};
+  SaveOptions opts;
+  opts.checksum_block_bytes = 4096;
+  ASSERT_TRUE(SaveSpecs(dir, specs, Mesh({4}), opts).ok());
+  const CheckpointMetadata md = ReadCheckpointMetadata(dir).value();
+  StatusOr<std::string> v1 = EncodeMetadataVersion(md, 1);
+  ASSERT_TRUE(v1.ok()) << v1.status();
+  const std::string meta = dir + "/" + std::string(kMetadataFileName);
+  {
+    std::ofstream f(meta, std::ios::binary | std::ios::trunc);
+    f.write(v1->data(), static_cast<std::streamsize>(v1->size()));
+  }
+  ASSERT_EQ(ReadCheckpointMetadata(dir).value(), md);
+  for (const auto& [mesh, ps] : std::vector<std::pair<DeviceMesh, std::string>>{
+           {Mesh({4}), "S(0)"}, {Mesh({2, 2}), "S(0),S(1)"}, {Mesh({8}), "S(1)"}, {Mesh({1}), "R"}}) {
+    EXPECT_EQ(LoadAndCompare(dir, specs, mesh, ps), "") << ps;
+  }
+}
+
 TEST(CheckpointTest, LoadReadsEachNeededBlockOnceAndWholeBlocksOnly) {
-  // f32 [256, 1024] saved S(0) on 4 ranks (256 KiB chunks, 4 KiB rows), 64 KiB checksum blocks.
-  // S(0),S(1) on 2x2: each rank needs the left or right half of 128 rows = 2 chunks; every block
-  // of both holds needed bytes, so it reads both chunks whole. S(0) on 8: half a chunk = 2 blocks.
+  // f32 [256, 1024] saved S(0) on 4 ranks (256 KiB chunks, 4 KiB rows), 4 KiB checksum blocks
+  // (ChunkBlockBytes under the 64 KiB cap). S(0),S(1) on 2x2: each rank needs the left or right
+  // half of 128 rows = 2 chunks; every block (a row) of both holds needed bytes, so it reads both
+  // chunks whole. S(0) on 8: half a chunk.
   const std::string dir = TestDir("read_bytes");
   const Spec spec{"w", DType::kF32, {256, 1024}, "S(0)", ""};
   SaveOptions opts;
@@ -300,26 +362,13 @@ TEST(CheckpointTest, LoadReadsEachNeededBlockOnceAndWholeBlocksOnly) {
   ASSERT_TRUE(SaveSpecs(dir, {spec}, Mesh({4}), opts).ok());
   for (const auto& [mesh, ps, want] : std::vector<std::tuple<DeviceMesh, std::string, int64_t>>{
            {Mesh({2, 2}), "S(0),S(1)", 2 * (256 << 10)}, {Mesh({8}), "S(0)", 128 << 10}}) {
-    const Layout layout = Layout::Create(spec.shape, mesh, *ParsePlacements(ps)).value();
-    std::vector<LoadStats> stats(static_cast<size_t>(mesh.size()));
-    ASSERT_TRUE(WorldOf(mesh.size())
-                    .Run([&](Communicator& comm) -> Status {
-                      MF_ASSIGN_OR_RETURN(RankContext ctx, RankContext::Create(comm, mesh));
-                      MF_ASSIGN_OR_RETURN(auto got, LoadTensors(dir, {LoadRequest{"w", layout}}, ctx,
-                                                                &stats[comm.world_rank()]));
-                      MF_ASSIGN_OR_RETURN(Tensor want, ReferenceLocal(GlobalFor(spec.dtype, spec.shape), layout,
-                                                                      comm.world_rank()));
-                      if (!(got[0].local() == want)) return InternalError("mismatch");
-                      return Status();
-                    })
-                    .ok());
-    for (size_t r = 0; r < stats.size(); ++r) EXPECT_EQ(stats[r].bytes_read, want) << ps << " rank " << r;
+    ExpectBytesRead(dir, spec, mesh, ps, want);
   }
 }
 
 TEST(CheckpointTest, CorruptionInsideDirectReadsIsRefusedAndNothingIsReturned) {
-  // f32 [256, 1024] saved S(0) on 2 ranks: two 512 KiB chunks (several read pieces each), 1 MiB
-  // blocks. A flipped byte deep inside chunk 1 is read straight into the result by S(0) on 2
+  // f32 [256, 1024] saved S(0) on 2 ranks: two 512 KiB chunks (several read pieces each), 4 KiB
+  // checksum blocks (ChunkBlockBytes: one row each). A flipped byte deep inside chunk 1 is read straight into the result by S(0) on 2
   // ranks (one run), S(0),S(1) on 2x2 (2 KiB runs, the byte in a needed run or in an unneeded
   // row half read to scratch) and R (the whole tensor): every rank must fail with DATA_LOSS
   // naming the tensor, the chunk, the file, the block and its byte range, and return no tensor.
@@ -355,9 +404,10 @@ TEST(CheckpointTest, CorruptionInsideDirectReadsIsRefusedAndNothingIsReturned) {
                       return Status();
                     })
                     .ok());
-    const int64_t b_begin = c.byte_offset, b_end = c.byte_offset + c.byte_length;  // one 1 MiB block
+    ASSERT_EQ(c.block_bytes, 4096);
+    const int64_t b_begin = c.byte_offset + 100 * 4096, b_end = b_begin + 4096;  // block 100: row 100
     ExpectAllFail(out, StatusCode::kDataLoss,
-                  {"'w'", c.box.ToString(), path, "CRC-32C mismatch", "checksum block 0",
+                  {"'w'", c.box.ToString(), path, "CRC-32C mismatch", "checksum block 100",
                    "[" + std::to_string(b_begin) + ", " + std::to_string(b_end) + ")"});
     // Including the ranks that never read chunk 1 (rank 0 of S(0)): the error is agreed.
     for (size_t r = 0; r < returned.size(); ++r) EXPECT_EQ(returned[r], 0) << ps << " rank " << r;
@@ -492,7 +542,7 @@ TEST_F(CheckpointErrorTest, UnknownVersion) {
   std::memcpy(bytes.data() + bytes.size() - 4, &crc, 4);
   Write(MetaPath(), bytes);
   ExpectAllFail(LoadStatuses(dir_, "rep", {5, 7}, Mesh({2})), StatusCode::kUnimplemented,
-                {MetaPath(), "version 9", "only version 1"});
+                {MetaPath(), "version 9", "reads versions 1 to 2"});
 }
 
 TEST_F(CheckpointErrorTest, UnknownNameShapeAndDTypeMismatch) {

@@ -113,7 +113,23 @@ int64_t NumChecksumBlocks(int64_t byte_length, int64_t block_bytes) {
   return (byte_length + block_bytes - 1) / block_bytes;
 }
 
+int64_t ChunkBlockBytes(int64_t byte_length, int64_t max_block_bytes) {
+  const int64_t want = (byte_length + kMaxChecksumBlocksPerChunk - 1) / kMaxChecksumBlocksPerChunk;
+  int64_t b = kMinChecksumBlockBytes;
+  while (b < want && b < max_block_bytes) b *= 2;
+  return std::min(b, max_block_bytes);
+}
+
 std::string EncodeMetadata(const CheckpointMetadata& md) {
+  return std::move(EncodeMetadataVersion(md, kCheckpointFormatVersion).value());
+}
+
+StatusOr<std::string> EncodeMetadataVersion(const CheckpointMetadata& md, uint32_t version) {
+  if (version < kOldestReadableCheckpointFormatVersion || version > kCheckpointFormatVersion) {
+    return InvalidArgumentError("EncodeMetadataVersion: version " + std::to_string(version) + " is not in [" +
+                                std::to_string(kOldestReadableCheckpointFormatVersion) + ", " +
+                                std::to_string(kCheckpointFormatVersion) + "]");
+  }
   Writer body;
   body.Put<uint64_t>(static_cast<uint64_t>(md.checksum_block_bytes));
   body.Put<uint32_t>(static_cast<uint32_t>(md.file_sizes.size()));
@@ -136,19 +152,26 @@ std::string EncodeMetadata(const CheckpointMetadata& md) {
       body.Put<uint32_t>(static_cast<uint32_t>(c.file));
       body.Put<uint64_t>(static_cast<uint64_t>(c.byte_offset));
       body.Put<uint64_t>(static_cast<uint64_t>(c.byte_length));
+      if (version >= 2) {
+        body.Put<uint64_t>(static_cast<uint64_t>(c.block_bytes));
+      } else if (c.block_bytes != md.checksum_block_bytes) {
+        return InvalidArgumentError("EncodeMetadataVersion: version 1 has one checksum block size (" +
+                                    std::to_string(md.checksum_block_bytes) + "), tensor '" + t.name +
+                                    "' has a chunk with " + std::to_string(c.block_bytes));
+      }
       body.Put<uint32_t>(static_cast<uint32_t>(c.block_crcs.size()));
       for (uint32_t crc : c.block_crcs) body.Put<uint32_t>(crc);
     }
   }
   Writer out;
   out.PutBytes(kCheckpointMagic);
-  out.Put<uint32_t>(kCheckpointFormatVersion);
+  out.Put<uint32_t>(version);
   out.Put<uint32_t>(0);
   out.Put<uint64_t>(body.out().size());
   out.PutBytes(body.out());
   const uint32_t crc = Crc32c(std::as_bytes(std::span<const char>(out.out().data(), out.out().size())));
   out.Put<uint32_t>(crc);
-  return std::move(out.out());
+  return std::string(std::move(out.out()));
 }
 
 StatusOr<CheckpointMetadata> DecodeMetadata(std::string_view bytes, std::string_view path) {
@@ -161,9 +184,10 @@ StatusOr<CheckpointMetadata> DecodeMetadata(std::string_view bytes, std::string_
   if (bytes.substr(0, 8) != kCheckpointMagic) return corrupt("bad magic (not a meshflow checkpoint metadata file)");
   uint32_t version = 0;
   std::memcpy(&version, bytes.data() + 8, 4);
-  if (version != kCheckpointFormatVersion) {
-    return UnimplementedError(where + " has format version " + std::to_string(version) +
-                              "; this build reads only version " + std::to_string(kCheckpointFormatVersion));
+  if (version < kOldestReadableCheckpointFormatVersion || version > kCheckpointFormatVersion) {
+    return UnimplementedError(where + " has format version " + std::to_string(version) + "; this build reads versions " +
+                              std::to_string(kOldestReadableCheckpointFormatVersion) + " to " +
+                              std::to_string(kCheckpointFormatVersion));
   }
   uint64_t body_len = 0;
   std::memcpy(&body_len, bytes.data() + 16, 8);
@@ -272,11 +296,21 @@ StatusOr<CheckpointMetadata> DecodeMetadata(std::string_view bytes, std::string_
       }
       c.byte_offset = static_cast<int64_t>(off);
       c.byte_length = static_cast<int64_t>(len);
+      c.block_bytes = md.checksum_block_bytes;
+      if (version >= 2) {
+        uint64_t cb = 0;
+        MF_RETURN_IF_ERROR(r.Get(cb, "chunk checksum block size"));
+        if (cb == 0 || cb > static_cast<uint64_t>(md.checksum_block_bytes)) {
+          return corrupt(cw + " checksum block size " + std::to_string(cb) + " is not in [1, " +
+                         std::to_string(md.checksum_block_bytes) + "]");
+        }
+        c.block_bytes = static_cast<int64_t>(cb);
+      }
       uint32_t nblocks = 0;
       MF_RETURN_IF_ERROR(r.Get(nblocks, "chunk block count"));
-      if (static_cast<int64_t>(nblocks) != NumChecksumBlocks(c.byte_length, md.checksum_block_bytes)) {
+      if (static_cast<int64_t>(nblocks) != NumChecksumBlocks(c.byte_length, c.block_bytes)) {
         return corrupt(cw + " has " + std::to_string(nblocks) + " checksums, expected " +
-                       std::to_string(NumChecksumBlocks(c.byte_length, md.checksum_block_bytes)));
+                       std::to_string(NumChecksumBlocks(c.byte_length, c.block_bytes)));
       }
       c.block_crcs.resize(nblocks);
       for (uint32_t& crc : c.block_crcs) MF_RETURN_IF_ERROR(r.Get(crc, "chunk checksum"));

@@ -10,17 +10,18 @@
 namespace meshflow {
 namespace {
 
-// A 2-tensor checkpoint over two data files: "w" f32[4,3] in two row chunks, "s" a scalar i64.
+// A 2-tensor checkpoint over two data files: "w" f32[4,3] in two row chunks (16-byte checksum
+// blocks), "s" a scalar i64 (an 8-byte block: each chunk has its own block size).
 CheckpointMetadata Sample() {
   CheckpointMetadata md;
   md.checksum_block_bytes = 16;
   md.file_sizes = {24 + 8, 24};
   md.extra_state = std::string("loader\0state", 12);
   TensorRecord w{.name = "w", .dtype = DType::kF32, .shape = {4, 3}, .saved_layout = "S(0) on mesh(2) shape [4,3]"};
-  w.chunks.push_back({.box = {{0, 0}, {2, 3}}, .file = 0, .byte_offset = 0, .byte_length = 24, .block_crcs = {1, 2}});
-  w.chunks.push_back({.box = {{2, 0}, {2, 3}}, .file = 1, .byte_offset = 0, .byte_length = 24, .block_crcs = {3, 4}});
+  w.chunks.push_back({.box = {{0, 0}, {2, 3}}, .file = 0, .byte_offset = 0, .byte_length = 24, .block_bytes = 16, .block_crcs = {1, 2}});
+  w.chunks.push_back({.box = {{2, 0}, {2, 3}}, .file = 1, .byte_offset = 0, .byte_length = 24, .block_bytes = 16, .block_crcs = {3, 4}});
   TensorRecord s{.name = "s", .dtype = DType::kI64, .shape = {}, .saved_layout = "R"};
-  s.chunks.push_back({.box = {{}, {}}, .file = 0, .byte_offset = 24, .byte_length = 8, .block_crcs = {5}});
+  s.chunks.push_back({.box = {{}, {}}, .file = 0, .byte_offset = 24, .byte_length = 8, .block_bytes = 8, .block_crcs = {5}});
   md.tensors = {w, s};
   return md;
 }
@@ -48,14 +49,51 @@ TEST(FormatTest, HeaderIsLittleEndianAndVersioned) {
 }
 
 TEST(FormatTest, UnknownVersionIsRejectedClearly) {
-  std::string b = EncodeMetadata(Sample());
-  b[8] = 2;
-  Reseal(b);
-  auto r = DecodeMetadata(b, "ck/metadata.mfck");
-  ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.status().code(), StatusCode::kUnimplemented);
-  EXPECT_NE(r.status().message().find("version 2"), std::string::npos) << r.status();
-  EXPECT_NE(r.status().message().find("ck/metadata.mfck"), std::string::npos) << r.status();
+  for (char v : {char{0}, char{3}}) {
+    std::string b = EncodeMetadata(Sample());
+    b[8] = v;
+    Reseal(b);
+    auto r = DecodeMetadata(b, "ck/metadata.mfck");
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), StatusCode::kUnimplemented);
+    EXPECT_NE(r.status().message().find("has format version " + std::to_string(v) + "; this build reads versions 1 to 2"),
+              std::string::npos)
+        << r.status();
+    EXPECT_NE(r.status().message().find("ck/metadata.mfck"), std::string::npos) << r.status();
+  }
+}
+
+// Version 1 (one checksum block size for every chunk) still decodes, to the same records.
+TEST(FormatTest, VersionOneStillDecodes) {
+  CheckpointMetadata md = Sample();
+  md.tensors[1].chunks[0].block_bytes = 16;  // version 1: every chunk has md.checksum_block_bytes
+  StatusOr<std::string> v1 = EncodeMetadataVersion(md, 1);
+  ASSERT_TRUE(v1.ok()) << v1.status();
+  EXPECT_EQ(static_cast<uint8_t>((*v1)[8]), 1);
+  EXPECT_LT(v1->size(), EncodeMetadata(md).size());  // no per-chunk block sizes
+  auto back = DecodeMetadata(*v1, "m");
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(*back, md);
+  EXPECT_EQ(EncodeMetadata(*back), EncodeMetadata(md));  // re-encodes as version 2
+}
+
+TEST(FormatTest, EncodeVersionErrors) {
+  EXPECT_EQ(EncodeMetadataVersion(Sample(), 3).status().message(), "EncodeMetadataVersion: version 3 is not in [1, 2]");
+  EXPECT_EQ(EncodeMetadataVersion(Sample(), 0).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(EncodeMetadataVersion(Sample(), 1).status().message(),
+            "EncodeMetadataVersion: version 1 has one checksum block size (16), tensor 's' has a chunk with 8");
+}
+
+TEST(FormatTest, ChunkBlockBytes) {
+  const int64_t mib = int64_t{1} << 20;
+  EXPECT_EQ(ChunkBlockBytes(0, mib), 4096);
+  EXPECT_EQ(ChunkBlockBytes(100, mib), 4096);
+  EXPECT_EQ(ChunkBlockBytes(16 * mib, mib), 4096);        // 4096 blocks
+  EXPECT_EQ(ChunkBlockBytes(16 * mib + 1, mib), 8192);    // would be 4097: the next power of two
+  EXPECT_EQ(ChunkBlockBytes(1024 * mib, mib), 256 << 10);
+  EXPECT_EQ(ChunkBlockBytes(64 * 1024 * mib, mib), mib);  // the cap
+  EXPECT_EQ(ChunkBlockBytes(100, 32), 32);                // a cap under the minimum
+  EXPECT_EQ(ChunkBlockBytes(1 << 30, 6000), 6000);
 }
 
 TEST(FormatTest, EveryTruncationAndEveryFlippedByteIsDataLossOrVersion) {
@@ -103,6 +141,13 @@ TEST(FormatTest, InvariantViolationsAreDataLossEvenWithAValidCrc) {
   md = Sample();
   md.tensors[0].chunks[0].box.shape[1] = 4;
   expect_bad(md, "outside the shape");
+  md = Sample();
+  md.tensors[1].chunks[0].block_bytes = 32;  // above md.checksum_block_bytes
+  expect_bad(md, "chunk 0 checksum block size 32 is not in [1, 16]");
+  md = Sample();
+  md.tensors[1].chunks[0].block_bytes = 0;
+  md.tensors[1].chunks[0].block_crcs = {};
+  expect_bad(md, "checksum block size 0");
 }
 
 TEST(FormatTest, Names) {

@@ -50,6 +50,27 @@ Status Dataset::Read(int64_t index, std::span<std::byte> dst) const {
   return ReadUnchecked(index, dst);
 }
 
+Status Dataset::ReadRun(int64_t first, int64_t count, std::span<std::byte> dst) const {
+  if (count < 1 || first < 0 || first > size() - count) {
+    return OutOfRangeError("sample run [" + std::to_string(first) + ", +" + std::to_string(count) +
+                           ") out of range [0, " + std::to_string(size()) + ") in " + name());
+  }
+  if (static_cast<int64_t>(dst.size()) != count * sample_bytes()) {
+    return InvalidArgumentError("ReadRun of " + std::to_string(count) + " samples from " + name() + ": buffer has " +
+                                std::to_string(dst.size()) + " bytes, the samples have " +
+                                std::to_string(count * sample_bytes()));
+  }
+  return ReadRunUnchecked(first, count, dst);
+}
+
+Status Dataset::ReadRunUnchecked(int64_t first, int64_t count, std::span<std::byte> dst) const {
+  const size_t bytes = static_cast<size_t>(sample_bytes());
+  for (int64_t i = 0; i < count; ++i) {
+    MF_RETURN_IF_ERROR(ReadUnchecked(first + i, dst.subspan(static_cast<size_t>(i) * bytes, bytes)));
+  }
+  return Status::Ok();
+}
+
 StatusOr<std::shared_ptr<InMemoryDataset>> InMemoryDataset::FromTensor(const Tensor& samples) {
   if (samples.rank() == 0) return InvalidArgumentError("InMemoryDataset::FromTensor: tensor has rank 0 (no sample dim)");
   std::vector<int64_t> sample_shape(samples.shape().begin() + 1, samples.shape().end());

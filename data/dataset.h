@@ -56,9 +56,19 @@ class Dataset {
   // output dtype). Thread-safe.
   Status Read(int64_t index, std::span<std::byte> dst) const;
 
+  // Copies samples [first, first + count) into dst, back to back: what `count` Reads would give.
+  // A dataset whose consecutive samples are contiguous in storage (token files) reads them at
+  // once. Errors: OUT_OF_RANGE for a range outside [0, size()) or count < 1; INVALID_ARGUMENT
+  // when dst.size() != count * sample_bytes(); implementation errors. On an error dst holds
+  // garbage. Thread-safe.
+  Status ReadRun(int64_t first, int64_t count, std::span<std::byte> dst) const;
+
  protected:
   // Precondition: 0 <= index < size(), dst.size() == sample_bytes().
   virtual Status ReadUnchecked(int64_t index, std::span<std::byte> dst) const = 0;
+  // Precondition: the range lies in [0, size()), count >= 1, dst.size() == count *
+  // sample_bytes(). The default reads each sample with ReadUnchecked.
+  virtual Status ReadRunUnchecked(int64_t first, int64_t count, std::span<std::byte> dst) const;
 };
 
 // Mixes v into the fingerprint h (SplitMix64-based; order-dependent).

@@ -314,6 +314,54 @@ TEST(TokenFile, LongSamplesEveryWidthAndDtype) {
   EXPECT_TRUE(Contains(s.message(), "token 2415919104 at position 2000 does not fit the i32 output dtype")) << s;
 }
 
+// ReadRun of consecutive samples equals per-sample Reads, for every width x output dtype, sample
+// lengths around the 64-token widening blocks, runs of 1, several, and past one ~1 MiB read
+// piece (L = 1300, u32: 201 samples per piece); a bad token inside a run is named at its position;
+// the range and buffer checks.
+TEST(TokenFile, ReadRunEqualsPerSampleReads) {
+  const std::string dir = FreshTempDir();
+  std::vector<uint32_t> tokens(260 * 1300 + 1);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<uint32_t>((i * 7919) % 65000);
+  for (TokenWidth width : {TokenWidth::kU16, TokenWidth::kU32}) {
+    const std::string path = dir + "/t" + std::to_string(static_cast<int>(width)) + ".mftok";
+    ASSERT_TRUE(WriteTokenFile(path, tokens, width).ok());
+    for (DType dtype : {DType::kI32, DType::kI64}) {
+      for (int64_t len : {1, 8, 63, 64, 65, 1300}) {
+        auto ds = TokenFileDataset::Open(path, {.seq_len = len, .width = width, .dtype = dtype});
+        ASSERT_TRUE(ds.ok()) << ds.status();
+        const int64_t sb = (*ds)->sample_bytes();
+        for (const auto& [first, count] : std::vector<std::pair<int64_t, int64_t>>{{0, 1}, {3, 5}, {0, 250}, {7, 1}}) {
+          if (first + count > (*ds)->size()) continue;
+          std::vector<std::byte> run(static_cast<size_t>(count * sb)), one(static_cast<size_t>(sb));
+          ASSERT_TRUE((*ds)->ReadRun(first, count, run).ok());
+          for (int64_t j = 0; j < count; ++j) {
+            ASSERT_TRUE((*ds)->Read(first + j, one).ok());
+            ASSERT_EQ(std::memcmp(one.data(), run.data() + j * sb, static_cast<size_t>(sb)), 0)
+                << "width " << static_cast<int>(width) << " dtype " << DTypeName(dtype) << " L " << len << " sample "
+                << first + j;
+          }
+        }
+      }
+    }
+  }
+  auto ds = TokenFileDataset::Open(dir + "/t2.mftok", {.seq_len = 10});
+  ASSERT_TRUE(ds.ok());
+  std::vector<std::byte> buf(static_cast<size_t>(3 * (*ds)->sample_bytes()));
+  EXPECT_EQ((*ds)->ReadRun((*ds)->size() - 2, 3, buf).code(), StatusCode::kOutOfRange);
+  EXPECT_EQ((*ds)->ReadRun(0, 0, {}).code(), StatusCode::kOutOfRange);
+  EXPECT_EQ((*ds)->ReadRun(0, 2, buf).code(), StatusCode::kInvalidArgument);
+  // A token over the i32 range in the third sample of a run.
+  std::vector<uint32_t> bad = IotaTokens(101);
+  bad[25] = 0x90000000u;
+  ASSERT_TRUE(WriteRawTokenFile(dir + "/bad.bin", bad, TokenWidth::kU32).ok());
+  auto b = TokenFileDataset::Open(dir + "/bad.bin", {.seq_len = 10, .width = TokenWidth::kU32});
+  ASSERT_TRUE(b.ok());
+  std::vector<std::byte> four(static_cast<size_t>(4 * (*b)->sample_bytes()));
+  const Status s = (*b)->ReadRun(0, 4, four);
+  EXPECT_EQ(s.code(), StatusCode::kDataLoss);
+  EXPECT_TRUE(Contains(s.message(), "at position 25 does not fit the i32 output dtype")) << s;
+}
+
 TEST(TokenFile, RawFileErrors) {
   const std::string dir = FreshTempDir();
   const std::string path = dir + "/t.bin";

@@ -266,21 +266,40 @@ StatusOr<Batch> DataLoader::Produce(const LoaderState& at) const {
   const SampleOrder order(n, at.seed, static_cast<uint64_t>(at.epoch), options_.shuffle);
   std::vector<int64_t> local_shape = layout_.global_shape();
   local_shape[0] = rows_.size();
-  Tensor local = Tensor::Zeros(dataset_->dtype(), local_shape);
+  // Every row is written below (or the batch is dropped on an error).
+  Tensor local = Tensor::Uninitialized(dataset_->dtype(), local_shape);
   const int64_t sample_bytes = dataset_->sample_bytes();
   std::vector<int64_t> indices;
   indices.reserve(static_cast<size_t>(rows_.size()));
   for (int64_t r = rows_.begin; r < rows_.end; ++r) {
     // Rows past B (even_batches padding) repeat the batch's first rows.
     const int64_t row = r < b ? r : (r - b) % b;
-    const int64_t index = order.At((at.consumed + row) % n);
-    indices.push_back(index);
-    const Status s = dataset_->Read(
-        index, std::span<std::byte>(local.raw() + (r - rows_.begin) * sample_bytes, static_cast<size_t>(sample_bytes)));
+    indices.push_back(order.At((at.consumed + row) % n));
+  }
+  auto row_bytes = [&](size_t k, size_t count) {
+    return std::span<std::byte>(local.raw() + static_cast<int64_t>(k) * sample_bytes,
+                                static_cast<size_t>(sample_bytes) * count);
+  };
+  auto context = [&](const Status& s, size_t k) {
+    return s.WithContext("DataLoader rank " + std::to_string(rank_) + " epoch " + std::to_string(at.epoch) + " batch " +
+                         std::to_string(at.consumed / b) + " row " + std::to_string(rows_.begin + static_cast<int64_t>(k)));
+  };
+  // Rows whose samples are consecutive (a sequential order, a batch that wraps an epoch's
+  // start) are one ReadRun: for a token file, one read instead of one per row.
+  for (size_t k = 0; k < indices.size();) {
+    size_t e = k + 1;
+    while (e < indices.size() && indices[e] == indices[e - 1] + 1) ++e;
+    const Status s = e - k == 1 ? dataset_->Read(indices[k], row_bytes(k, 1))
+                                : dataset_->ReadRun(indices[k], static_cast<int64_t>(e - k), row_bytes(k, e - k));
     if (!s.ok()) {
-      return s.WithContext("DataLoader rank " + std::to_string(rank_) + " epoch " + std::to_string(at.epoch) +
-                           " batch " + std::to_string(at.consumed / b) + " row " + std::to_string(r));
+      // Name the first failing row: read the run's rows one by one up to it.
+      for (size_t j = k; j < e && e - k > 1; ++j) {
+        const Status rs = dataset_->Read(indices[j], row_bytes(j, 1));
+        if (!rs.ok()) return context(rs, j);
+      }
+      return context(s, k);
     }
+    k = e;
   }
   MF_ASSIGN_OR_RETURN(DTensor data, DTensor::FromLocal(std::move(local), layout_, rank_));
   const int64_t global_rows = layout_.global_shape()[0];

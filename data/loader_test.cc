@@ -493,6 +493,38 @@ TEST(DataLoader, FileDatasets) {
 }
 
 
+// Sequential batches of a token file are read as runs of consecutive samples (Dataset::ReadRun):
+// every row equals its sample, through batches that wrap the epoch's end (125 samples, batch 16)
+// and on both dp ranks, with and without prefetch.
+TEST(DataLoader, SequentialTokenBatchesReadAsRuns) {
+  const std::string dir = testing::FreshTempDir();
+  std::vector<uint32_t> tokens(1001);
+  std::iota(tokens.begin(), tokens.end(), 0u);
+  ASSERT_TRUE(WriteTokenFile(dir + "/t.bin", tokens, TokenWidth::kU16).ok());
+  auto tf = TokenFileDataset::Open(dir + "/t.bin", {.seq_len = 8, .dtype = DType::kI32});
+  ASSERT_TRUE(tf.ok());
+  for (int depth : {0, 2}) {
+    for (int rank : {0, 1}) {
+      auto loader = DataLoader::Create(*tf, *DeviceMesh::Create({2}, {"dp"}), rank,
+                                       {.dp_dims = {"dp"}, .global_batch_size = 16, .shuffle = false,
+                                        .prefetch_depth = depth, .num_epochs = 2});
+      ASSERT_TRUE(loader.ok()) << loader.status();
+      for (int step = 0; step < 10; ++step) {
+        auto b = (*loader)->NextBatch();
+        ASSERT_TRUE(b.ok()) << b.status();
+        const Tensor& local = b->data.local();
+        ASSERT_EQ(local.shape(), (std::vector<int64_t>{8, 9}));
+        for (size_t i = 0; i < 8; ++i) {
+          for (int64_t j = 0; j < 9; ++j) {
+            ASSERT_EQ(local.data<int32_t>()[i * 9 + static_cast<size_t>(j)], b->sample_indices[i] * 8 + j)
+                << "depth " << depth << " rank " << rank << " step " << step << " row " << i;
+          }
+        }
+      }
+    }
+  }
+}
+
 // ---- Issue #16: restores that cannot serve wrong data ----
 
 // A state saved with shuffle=true restored into shuffle=false was accepted and then skipped and

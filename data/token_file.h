@@ -124,6 +124,9 @@ class TokenFileDataset final : public Dataset {
 
  protected:
   Status ReadUnchecked(int64_t index, std::span<std::byte> dst) const override;
+  // Consecutive samples overlap by one token: a run of them is one contiguous read (in pieces of
+  // about 1 MiB) into a per-thread buffer, widened from there into dst.
+  Status ReadRunUnchecked(int64_t first, int64_t count, std::span<std::byte> dst) const override;
 
  private:
   TokenFileDataset() = default;

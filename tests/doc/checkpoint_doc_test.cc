@@ -76,7 +76,7 @@ Status FormatExample(uint32_t crc) {
   CheckpointMetadata md;
   md.checksum_block_bytes = 1 << 20;
   md.file_sizes = {64};
-  ChunkRecord chunk{.box = {{0, 0}, {4, 4}}, .byte_length = 64, .block_crcs = {crc}};  // crc of its bytes
+  ChunkRecord chunk{.box = {{0, 0}, {4, 4}}, .byte_length = 64, .block_bytes = 64, .block_crcs = {crc}};
   md.tensors.push_back({.name = "w", .dtype = DType::kF32, .shape = {4, 4}, .chunks = {chunk}});
   std::string bytes = EncodeMetadata(md);
   MF_ASSIGN_OR_RETURN(CheckpointMetadata back, DecodeMetadata(bytes, "ckpt/metadata.mfck"));  // == md

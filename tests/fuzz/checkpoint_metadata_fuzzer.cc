@@ -63,7 +63,8 @@ void CheckInvariants(const CheckpointMetadata& md) {
       FUZZ_CHECK(c.byte_length == c.box.NumElements() * DTypeSize(t.dtype), "byte length " << c.byte_length);
       FUZZ_CHECK(c.byte_offset >= 0 && c.byte_offset + c.byte_length <= md.file_sizes[static_cast<size_t>(c.file)],
                  "chunk bytes past the end of its file");
-      FUZZ_CHECK(static_cast<int64_t>(c.block_crcs.size()) == NumChecksumBlocks(c.byte_length, md.checksum_block_bytes),
+      FUZZ_CHECK(c.block_bytes > 0 && c.block_bytes <= md.checksum_block_bytes, "chunk block size " << c.block_bytes);
+      FUZZ_CHECK(static_cast<int64_t>(c.block_crcs.size()) == NumChecksumBlocks(c.byte_length, c.block_bytes),
                  "checksum count " << c.block_crcs.size());
       for (size_t j = 0; j < i; ++j) FUZZ_CHECK(Intersect(t.chunks[j].box, c.box).empty(), "overlapping chunks");
       covered += c.box.NumElements();

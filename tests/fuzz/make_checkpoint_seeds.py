@@ -33,17 +33,22 @@ def numel(shape):
     return n
 
 
-def tensor(name, dtype, shape, chunks, layout=b"S(0) on mesh(2) shape"):
-    """chunks: list of (offset, shape, file, byte_offset, nblocks or None)."""
+def tensor(name, dtype, shape, chunks, layout=b"S(0) on mesh(2) shape", version=1, cblock=None):
+    """chunks: list of (offset, shape, file, byte_offset, nblocks or None). Version 2 writes each
+    chunk's checksum block size (cblock, default BLOCK) after its byte length."""
     out = struct.pack("<I", len(name)) + name + struct.pack("<BI", dtype, len(shape))
     out += b"".join(struct.pack("<q", s) for s in shape)
     out += struct.pack("<I", len(layout)) + layout + struct.pack("<Q", len(chunks))
     for off, shp, f, boff, nblocks in chunks:
         length = numel(shp) * DSIZE[dtype]
         out += b"".join(struct.pack("<q", o) for o in off) + b"".join(struct.pack("<q", s) for s in shp)
+        block = BLOCK if cblock is None else cblock
         if nblocks is None:
-            nblocks = (length + BLOCK - 1) // BLOCK
-        out += struct.pack("<IQQI", f, boff, length, nblocks)
+            nblocks = (length + block - 1) // block if block > 0 else 0
+        out += struct.pack("<IQQ", f, boff, length)
+        if version >= 2:
+            out += struct.pack("<Q", block)
+        out += struct.pack("<I", nblocks)
         out += b"".join(struct.pack("<I", 0x1234567 + k) for k in range(nblocks))
     return out
 
@@ -71,7 +76,13 @@ def main():
             [64], [tensor(b"a", 2, [4], [([0], [4], 0, 0, None)]), tensor(b"b", 4, [2, 2], [([0, 0], [2, 2], 0, 8, None)]),
                    tensor(b"c", 3, [6], [([0], [3], 0, 40, None), ([3], [3], 0, 52, None)])]),
         "bad_magic": b"\x00" + b"NOTACKPT" + metadata([24, 24], [two_chunks])[8:],
-        "bad_version": b"\x00" + metadata([24, 24], [two_chunks], version=2),
+        "bad_version": b"\x00" + metadata([24, 24], [two_chunks], version=3),
+        "valid_v2_chunk_blocks": b"\x01" + metadata(
+            [24, 24], [tensor(b"w", 0, [4, 3], [([0, 0], [2, 3], 0, 0, None), ([2, 0], [2, 3], 1, 0, None)],
+                              version=2, cblock=8)], version=2),
+        "bad_v2_chunk_block": b"\x01" + metadata(
+            [24, 24], [tensor(b"w", 0, [4, 3], [([0, 0], [2, 3], 0, 0, None), ([2, 0], [2, 3], 1, 0, None)],
+                              version=2, cblock=32)], version=2),
         "bad_crc": b"\x00" + metadata([24, 24], [two_chunks])[:-1] + b"\x00",
         "truncated": b"\x00" + metadata([24, 24], [two_chunks])[:40],
         "overlap": b"\x01" + metadata([48], [tensor(b"w", 0, [4, 3], [([0, 0], [3, 3], 0, 0, None),
