@@ -22,7 +22,7 @@ MESHFLOW_COPTS = ["-std=c++20", "-Wall", "-Wextra", "-Wno-unused-parameter"]
 # meshflow's libraries optimize themselves in a fastbuild (Bazel's default, -O0): at -O0 one eager
 # training step ran 38x slower than with -c opt (every Tensor access a call, every loop scalar),
 # so a consumer who builds with no flags would measure the library at its worst. -O1 costs little
-# compile time and brings the step within a few percent of -c opt (bench/README.md, "A consumer's
+# compile time and brings the step within 1.2x of -c opt (bench/README.md, "A consumer's
 # default build"). `-c opt` and `-c dbg` keep their own levels (nothing added), and
 # `--define=meshflow_optimize=off` turns it off in a fastbuild, for stepping through meshflow in a
 # debugger. GCC 12 reports false -Wmaybe-uninitialized through std::optional (StatusOr) at -O1.

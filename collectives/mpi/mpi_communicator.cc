@@ -136,11 +136,14 @@ int64_t Sum(std::span<const int64_t> v) {
 // Between MPI_Test polls: re-test at once, then yield the core (OpenMPI progresses nonblocking
 // collectives only inside MPI calls, so a sleeping rank stalls the transfer for everyone); only a
 // wait longer than kSpinFor (a late or stalled peer) sleeps, with back-off up to 200 us, so that
-// oversubscribed ranks leave the cores to the ranks that have work.
+// oversubscribed ranks leave the cores to the ranks that have work. `members_arrived`: every
+// member's header has arrived (the call was validated), so a long wait is the transfer itself,
+// which sleeping would stall (a 64 MiB all-to-all runs well past kSpinFor): yield only. (Capping
+// the sleeps at 20 us instead kept half of the 64 MiB overhead; bench/README.md.)
 constexpr std::chrono::milliseconds kSpinFor{20};
-void Pause(int iteration, std::chrono::steady_clock::duration waited) {
+void Pause(int iteration, std::chrono::steady_clock::duration waited, bool members_arrived = false) {
   if (iteration < 16) return;
-  if (waited < kSpinFor) {
+  if (waited < kSpinFor || members_arrived) {
     std::this_thread::yield();
     return;
   }
@@ -277,9 +280,12 @@ class MpiCommunicator::Call {
         *timed_out = true;
         return Status();
       }
-      Pause(it, now - start);
+      Pause(it, now - start, members_arrived_);
     }
   }
+
+  // Every member's header has arrived and matched (ExchangeHeaders): Poll no longer sleeps.
+  void MembersArrived() { members_arrived_ = true; }
 
   // Waits for one collective request; on timeout returns DeadlineExceeded and abandons the staging.
   Status Wait(MPI_Request& req, const char* fn) {
@@ -298,6 +304,7 @@ class MpiCommunicator::Call {
 
  private:
   const MpiCommunicator& comm_;
+  bool members_arrived_ = false;
   const char* what_;
   Clock::time_point deadline_;
   bool abandon_ = false;
@@ -526,6 +533,7 @@ Status MpiCommunicator::ExchangeHeaders(Call& call, Header& mine, const CallerSi
   for (int q = 0; q < n; ++q)
     headers[static_cast<size_t>(q)].Read(wire + static_cast<size_t>(q) * static_cast<size_t>(words));
   MF_RETURN_IF_ERROR(Validate(call.what(), headers));
+  call.MembersArrived();
   if (all != nullptr) *all = std::move(headers);
   return Status();
 }
