@@ -105,8 +105,10 @@
 // Launch: mpirun -np N prog; as root add --allow-run-as-root; with more ranks than cores add
 // --oversubscribe (OpenMPI then yields while idle). The polling loop calls MPI_Test back to back and
 // yields the core between tests (OpenMPI progresses nonblocking collectives only inside MPI calls,
-// so sleeping would stall the transfer); after 20 ms of waiting (a late or stalled peer) it sleeps
-// with back-off up to 200 us so that oversubscribed ranks leave the cores to the ranks doing work.
+// so sleeping would stall the transfer); after 20 ms of waiting for a late or stalled peer (the
+// header exchange, or any wait with validation off) it sleeps with back-off up to 200 us so that
+// oversubscribed ranks leave the cores to the ranks doing work. Once every member's header has
+// arrived, the payload's wait only yields, however long the transfer takes.
 // Staging buffers (ReduceScatterV, AllReduce, aliased inputs, headers) are pooled per
 // communicator: steady-state calls allocate and zero nothing.
 #ifndef MESHFLOW_COLLECTIVES_MPI_MPI_COMMUNICATOR_H_
