@@ -12,6 +12,12 @@
 #ifndef MESHFLOW_BASE_STATUS_H_
 #define MESHFLOW_BASE_STATUS_H_
 
+// Every meshflow header includes this one: a consumer that forgets C++20 gets one line naming the
+// fix instead of dozens of errors inside meshflow.
+#if __cplusplus < 202002L
+#error "meshflow needs C++20: compile code that includes meshflow headers with -std=c++20 (Bazel: copts = [\"-std=c++20\"], or MESHFLOW_COPTS from @meshflow//:build_defs.bzl)"
+#endif
+
 #include <optional>
 #include <ostream>
 #include <string>

@@ -10,12 +10,19 @@ field() {  # field NAME JSON-LINE: the value of a JSON field (string quotes drop
   echo "$v"
 }
 # max |a - b| over the loss column (2) of two train_lm CSV logs, rows of the same steps; "inf" if
-# the step lists differ.
+# the step lists differ, a file is missing or empty, or either has no data row (a missing log must
+# fail the comparison, never compare as 0).
 curve_diff() {
+  if [ ! -s "$1" ] || [ ! -s "$2" ]; then
+    echo "curve_diff: missing or empty log: '$1' or '$2'" >&2
+    echo inf
+    return
+  fi
   awk -F, 'NR==FNR { if (FNR > 1) a[$1] = $2; n1 = FNR - 1; next }
            FNR > 1 { if (!($1 in a)) bad = 1; d = a[$1] - $2; if (d < 0) d = -d; if (d > m) m = d; n2 = FNR - 1 }
-           END { if (bad || n1 != n2) print "inf"; else printf "%.3g\n", m + 0 }' "$1" "$2"
+           END { if (bad || n1 != n2 || n1 < 1) print "inf"; else printf "%.3g\n", m + 0 }' "$1" "$2"
 }
-lt() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a != "inf" && a + 0 < b + 0) }'; }
+# a < b for numbers; an empty or "inf" a is never less.
+lt() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a != "" && a != "inf" && a + 0 < b + 0) }'; }
 # The Python standard library sources of Debian's libpython3.*-minimal / -stdlib: the corpus.
 python_stdlib_dir() { ls -d /usr/lib/python3.[0-9]* 2>/dev/null | head -1; }
