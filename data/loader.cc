@@ -125,8 +125,10 @@ StatusOr<LoaderState> LoaderState::Parse(std::string_view text) {
       default: break;
     }
   }
-  for (int k = 0; k < kRequired; ++k) {
-    if (!seen[k]) {
+  for (int k = 0; k < kNumFields; ++k) {
+    // v2 texts carry the config Restore checks (batch_size, field 4, is elastic and optional).
+    const bool required = k < kRequired || (version >= 2 && k != 4);
+    if (required && !seen[k]) {
       return InvalidArgumentError("bad loader state " + quoted + ": missing field '" + std::string(kFields[k]) + "'");
     }
   }
@@ -403,6 +405,21 @@ StatusOr<DTensor> DataLoader::Next() {
 }
 
 Status DataLoader::Restore(const LoaderState& state) {
+  std::string missing;
+  if (!state.shuffle) missing += "shuffle";
+  if (!state.drop_last) missing += missing.empty() ? "drop_last" : ", drop_last";
+  if (!state.dataset_fingerprint) missing += missing.empty() ? "dataset" : ", dataset";
+  if (!missing.empty()) {
+    return FailedPreconditionError("DataLoader::Restore(" + state.ToString() + "): the state lacks " + missing +
+                                   ", so it cannot be checked against this loader (a v1 state, or one built in "
+                                   "code); RestoreUnchecked resumes it if it is known to match");
+  }
+  return RestoreImpl(state);
+}
+
+Status DataLoader::RestoreUnchecked(const LoaderState& state) { return RestoreImpl(state); }
+
+Status DataLoader::RestoreImpl(const LoaderState& state) {
   const std::string what = "DataLoader::Restore(" + state.ToString() + ")";
   if (state.version != 1 && state.version != LoaderState::kVersion) {
     return UnimplementedError(what + ": unsupported version " + std::to_string(state.version));

@@ -80,8 +80,10 @@ namespace meshflow {
 // Text form (ToString / Parse round-trip exactly):
 //   "meshflow.data.LoaderState v2 seed=42 epoch=3 consumed=128 num_samples=1000 batch_size=32
 //    shuffle=1 drop_last=0 dataset=00c0ffee12345678"                          (one line)
-// The fields after num_samples are optional in the text (a v1 text has none; a state built by
-// hand may leave them unset): Restore checks only the fields that are present.
+// A v2 text carries shuffle, drop_last and dataset (batch_size is optional: it is elastic); a v1
+// text has none of them, and a state built in code may leave them unset. Restore refuses a state
+// without them (it could not check that the stream is the same); RestoreUnchecked takes it and
+// checks only the fields that are present.
 struct LoaderState {
   static constexpr int kVersion = 2;
   int version = kVersion;
@@ -177,11 +179,16 @@ class DataLoader {
 
   LoaderState state() const { return state_; }
   // Resumes at `state`. Errors (FAILED_PRECONDITION naming the field and both values): seed,
-  // num_samples, shuffle, drop_last or the dataset fingerprint differ from this loader's (fields
-  // absent from the state are not checked); INVALID_ARGUMENT for a negative epoch, consumed
-  // outside [0, n]. A different batch_size (and any mesh / dp size / even_batches) is accepted:
-  // the next batch starts at position `consumed` of the same epoch order.
+  // num_samples, shuffle, drop_last or the dataset fingerprint differ from this loader's, or the
+  // state lacks shuffle, drop_last or the fingerprint (a v1 state, one built in code: it cannot be
+  // checked; see RestoreUnchecked); INVALID_ARGUMENT for a negative epoch, consumed outside
+  // [0, n]. A different batch_size (and any mesh / dp size / even_batches) is accepted: the next
+  // batch starts at position `consumed` of the same epoch order.
   Status Restore(const LoaderState& state);
+  // Restore for a state that may lack the config fields (old v1 states, states built in code):
+  // the caller vouches that it was saved with this loader's shuffle, drop_last and dataset; the
+  // fields that are present are still checked.
+  Status RestoreUnchecked(const LoaderState& state);
 
   const Layout& layout() const { return layout_; }
   const Dataset& dataset() const { return *dataset_; }
@@ -218,6 +225,7 @@ class DataLoader {
   int dp_rank_ = 0;
   Interval rows_;
   LoaderState state_;          // consumer side: after the last returned batch
+  Status RestoreImpl(const LoaderState& state);
   Status sticky_;              // first error returned by Next (repeated until Restore)
 
   // Prefetch (guarded by mu_). Readers claim batch sequence numbers in order (claim_cursor_ is

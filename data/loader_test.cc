@@ -292,7 +292,7 @@ class ProbeDataset final : public Dataset {
 TEST(DataLoader, RestoreReadsNoEarlierSample) {
   auto probe = std::make_shared<ProbeDataset>(1000, -1);
   World w = MakeWorld(probe, {2}, {"dp"}, {.dp_dims = {"dp"}, .global_batch_size = 10, .seed = 3, .prefetch_depth = 0});
-  ASSERT_TRUE(w.loaders[0]->Restore({.seed = 3, .epoch = 4, .consumed = 500, .num_samples = 1000}).ok());
+  ASSERT_TRUE(w.loaders[0]->RestoreUnchecked({.seed = 3, .epoch = 4, .consumed = 500, .num_samples = 1000}).ok());
   auto b = w.loaders[0]->NextBatch();
   ASSERT_TRUE(b.ok()) << b.status();
   EXPECT_EQ(probe->reads(), 5);  // exactly this rank's rows of one batch
@@ -302,7 +302,7 @@ TEST(DataLoader, RestoreReadsNoEarlierSample) {
   // (depth + 1) batches, never the 500 earlier positions.
   auto probe2 = std::make_shared<ProbeDataset>(1000, -1);
   World w2 = MakeWorld(probe2, {2}, {"dp"}, {.dp_dims = {"dp"}, .global_batch_size = 10, .seed = 3, .prefetch_depth = 2});
-  ASSERT_TRUE(w2.loaders[1]->Restore({.seed = 3, .epoch = 4, .consumed = 500, .num_samples = 1000}).ok());
+  ASSERT_TRUE(w2.loaders[1]->RestoreUnchecked({.seed = 3, .epoch = 4, .consumed = 500, .num_samples = 1000}).ok());
   auto b2 = w2.loaders[1]->NextBatch();
   ASSERT_TRUE(b2.ok());
   EXPECT_EQ(b2->sample_indices.size(), 5u);
@@ -326,7 +326,7 @@ TEST(DataLoader, ErrorsPropagateFromPrefetchThread) {
     EXPECT_TRUE(Contains(bad.status().message(), "epoch 0 batch 2 row 1")) << bad.status();
     EXPECT_EQ((*loader)->Next().status(), bad.status());  // sticky
     EXPECT_EQ((*loader)->state(), good);                 // the failed batch was not consumed
-    ASSERT_TRUE((*loader)->Restore({.consumed = 12, .num_samples = 20}).ok());
+    ASSERT_TRUE((*loader)->RestoreUnchecked({.consumed = 12, .num_samples = 20}).ok());
     auto next = (*loader)->NextBatch();
     ASSERT_TRUE(next.ok()) << next.status();
     EXPECT_EQ(next->sample_indices, (std::vector<int64_t>{12, 13, 14, 15}));
@@ -363,7 +363,7 @@ TEST(DataLoader, CleanShutdown) {
   ASSERT_TRUE(loader.ok());
   for (int i = 0; i < 5; ++i) {
     ASSERT_TRUE((*loader)->Next().ok());
-    ASSERT_TRUE((*loader)->Restore({.epoch = i, .consumed = 3 * i, .num_samples = 100}).ok());
+    ASSERT_TRUE((*loader)->RestoreUnchecked({.epoch = i, .consumed = 3 * i, .num_samples = 100}).ok());
   }
 }
 
@@ -426,17 +426,17 @@ TEST(LoaderState, RoundTripAndParseErrors) {
 TEST(DataLoader, RestoreErrors) {
   auto loader = DataLoader::Create(Pairs(10), *DeviceMesh::Create({1}), 0, {.global_batch_size = 4, .seed = 5});
   ASSERT_TRUE(loader.ok());
-  Status s = (*loader)->Restore({.seed = 6, .num_samples = 10});
+  Status s = (*loader)->RestoreUnchecked({.seed = 6, .num_samples = 10});
   EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
   EXPECT_TRUE(Contains(s.message(), "state seed 6 != loader seed 5")) << s;
-  s = (*loader)->Restore({.seed = 5, .num_samples = 11});
+  s = (*loader)->RestoreUnchecked({.seed = 5, .num_samples = 11});
   EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
   EXPECT_TRUE(Contains(s.message(), "11 samples")) << s;
-  s = (*loader)->Restore({.seed = 5, .consumed = 11, .num_samples = 10});
+  s = (*loader)->RestoreUnchecked({.seed = 5, .consumed = 11, .num_samples = 10});
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_TRUE(Contains(s.message(), "consumed 11 outside [0, 10]")) << s;
   // consumed == n is the end of an epoch: it resumes at the next one.
-  ASSERT_TRUE((*loader)->Restore({.seed = 5, .epoch = 2, .consumed = 10, .num_samples = 10}).ok());
+  ASSERT_TRUE((*loader)->RestoreUnchecked({.seed = 5, .epoch = 2, .consumed = 10, .num_samples = 10}).ok());
   EXPECT_TRUE((*loader)->state().SamePosition(LoaderState{.seed = 5, .epoch = 3, .consumed = 0, .num_samples = 10}));
 }
 
@@ -556,11 +556,42 @@ TEST(DataLoader, RestoreRefusesAnotherConfigOrDataset) {
   EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
   EXPECT_TRUE(Contains(s.message(), "saved for dataset fingerprint " + FingerprintHex(*saved.dataset_fingerprint)))
       << s;
-  // The same config and data: accepted. A v1 state (no config recorded) is still accepted.
+  // The same config and data: accepted. A v1 state (no config recorded) only through
+  // RestoreUnchecked.
   EXPECT_TRUE(make(Pairs(30), base)->Restore(saved).ok());
-  EXPECT_TRUE(make(Pairs(30), base)
-                  ->Restore(*LoaderState::Parse("meshflow.data.LoaderState v1 seed=7 epoch=0 consumed=4 num_samples=30"))
-                  .ok());
+  const LoaderState v1 = *LoaderState::Parse("meshflow.data.LoaderState v1 seed=7 epoch=0 consumed=4 num_samples=30");
+  s = make(Pairs(30), base)->Restore(v1);
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(Contains(s.message(), "the state lacks shuffle, drop_last, dataset")) << s;
+  EXPECT_TRUE(make(Pairs(30), base)->RestoreUnchecked(v1).ok());
+}
+
+// Issue 36: a state without the config fields could restore into a shuffle=false loader and
+// serve the epoch in another order (252 samples lost, 275 repeated in the reported case). A short
+// v2 text no longer parses, and a position-only state built in code is refused by Restore (it
+// cannot be checked); RestoreUnchecked is the explicit way to accept it.
+TEST(DataLoader, UncheckableStatesAreRefused) {
+  const Status parse =
+      LoaderState::Parse("meshflow.data.LoaderState v2 seed=3 epoch=0 consumed=480 num_samples=1009").status();
+  EXPECT_EQ(parse.code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Contains(parse.message(), "missing field 'shuffle'")) << parse;
+  auto loader = DataLoader::Create(Pairs(30), *DeviceMesh::Create({1}), 0,
+                                   {.global_batch_size = 4, .seed = 3, .shuffle = false});
+  ASSERT_TRUE(loader.ok());
+  const LoaderState code_built{.seed = 3, .epoch = 0, .consumed = 8, .num_samples = 30};
+  const Status s = (*loader)->Restore(code_built);
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(Contains(s.message(), "RestoreUnchecked")) << s;
+  LoaderState checked = code_built;
+  checked.shuffle = true;  // saved by a shuffling loader: refused by this sequential one
+  checked.drop_last = false;
+  checked.dataset_fingerprint = Pairs(30)->fingerprint();
+  EXPECT_TRUE(Contains((*loader)->Restore(checked).message(), "saved with shuffle=true"));
+  checked.shuffle = false;
+  ASSERT_TRUE((*loader)->Restore(checked).ok());
+  auto b = (*loader)->NextBatch();
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(b->sample_indices, (std::vector<int64_t>{8, 9, 10, 11}));
 }
 
 // A shard directory whose files were renamed (two shards swapped) and whose manifest was then
