@@ -22,6 +22,7 @@
 #include <set>
 
 #include "meshflow/base/checksum.h"
+#include "meshflow/base/strings.h"
 #include "meshflow/runtime/device_copy.h"
 #include "meshflow/runtime/redistribute.h"
 
@@ -32,12 +33,6 @@ static_assert(std::endian::native == std::endian::little,
               "checkpoint data files are little-endian; big-endian hosts need byte swaps");
 
 namespace fs = std::filesystem;
-
-std::string ShapeStr(const std::vector<int64_t>& s) {
-  std::string out = "[";
-  for (size_t i = 0; i < s.size(); ++i) out += (i ? "," : "") + std::to_string(s[i]);
-  return out + "]";
-}
 
 std::string Errno(int err) { return std::strerror(err); }
 
@@ -1212,8 +1207,8 @@ Status PrepareLoad(const std::vector<LoadRequest>& requests, RankContext& ctx, c
                                   " but the communicators are for " + ctx.mesh().ToString());
     }
     if (req.layout.global_shape() != t.shape) {
-      return InvalidArgumentError("tensor '" + req.name + "' has shape " + ShapeStr(t.shape) + " in checkpoint " +
-                                  md_path + " but the target layout has shape " + ShapeStr(req.layout.global_shape()));
+      return InvalidArgumentError("tensor '" + req.name + "' has shape " + ListString(t.shape) + " in checkpoint " +
+                                  md_path + " but the target layout has shape " + ListString(req.layout.global_shape()));
     }
     if (req.dtype.has_value() && *req.dtype != t.dtype) {
       return InvalidArgumentError("tensor '" + req.name + "' has dtype " + std::string(DTypeName(t.dtype)) +

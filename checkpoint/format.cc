@@ -6,6 +6,7 @@
 #include <set>
 
 #include "meshflow/base/checksum.h"
+#include "meshflow/base/strings.h"
 
 namespace meshflow {
 namespace {
@@ -15,12 +16,6 @@ static_assert(std::endian::native == std::endian::little,
 
 constexpr size_t kHeaderBytes = 8 + 4 + 4 + 8;  // magic, version, reserved, body length
 constexpr size_t kTrailerBytes = 4;              // CRC-32C of header + body
-
-std::string ShapeStr(const std::vector<int64_t>& s) {
-  std::string out = "[";
-  for (size_t i = 0; i < s.size(); ++i) out += (i ? "," : "") + std::to_string(s[i]);
-  return out + "]";
-}
 
 class Writer {
  public:
@@ -272,7 +267,7 @@ StatusOr<CheckpointMetadata> DecodeMetadata(std::string_view bytes, std::string_
       for (uint32_t d = 0; d < ndim; ++d) {
         if (c.box.offset[d] < 0 || c.box.shape[d] <= 0 || c.box.offset[d] > t.shape[d] ||
             c.box.shape[d] > t.shape[d] - c.box.offset[d]) {
-          return corrupt(cw + " box " + c.box.ToString() + " is empty or outside the shape " + ShapeStr(t.shape));
+          return corrupt(cw + " box " + c.box.ToString() + " is empty or outside the shape " + ListString(t.shape));
         }
       }
       uint32_t file = 0;

@@ -15,6 +15,7 @@
 #include <utility>
 
 #include "meshflow/base/checksum.h"
+#include "meshflow/base/strings.h"
 
 namespace meshflow {
 namespace {
@@ -88,12 +89,6 @@ int64_t RecordBytes(DType dtype, const std::vector<int64_t>& shape) {
   return empty ? 0 : n;
 }
 
-std::string ShapeString(const std::vector<int64_t>& shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? "," : "") + std::to_string(shape[i]);
-  return s + "]";
-}
-
 }  // namespace
 
 using Manifest = RecordShardManifest;
@@ -164,7 +159,7 @@ std::string EncodeRecordShardManifest(const Manifest& m) {
   std::string out = std::string(kManifestFirstLine) + "\n";
   int64_t total = 0;
   for (const ManifestShard& e : m.shards) total += e.records;
-  out += "dtype=" + std::string(DTypeName(m.dtype)) + " shape=" + ShapeString(m.sample_shape) +
+  out += "dtype=" + std::string(DTypeName(m.dtype)) + " shape=" + ListString(m.sample_shape) +
          " record_size=" + std::to_string(m.record_size) + " num_shards=" + std::to_string(m.shards.size()) +
          " num_records=" + std::to_string(total) + "\n";
   for (const ManifestShard& e : m.shards) {
@@ -331,13 +326,13 @@ StatusOr<RecordShardHeader> DecodeRecordShardHeader(std::span<const std::byte> f
   const int64_t expected_size = RecordBytes(h.dtype, h.sample_shape);
   if (expected_size < 0) {
     return DataLossError(where + ": corrupted header: a record of " + std::string(DTypeName(h.dtype)) +
-                         ShapeString(h.sample_shape) + " would exceed " + std::to_string(kRecordShardMaxRecordBytes) +
+                         ListString(h.sample_shape) + " would exceed " + std::to_string(kRecordShardMaxRecordBytes) +
                          " bytes");
   }
   if (record_size != static_cast<uint64_t>(expected_size)) {
     return DataLossError(where + ": corrupted header: record size " + std::to_string(record_size) + " != " +
                          std::to_string(expected_size) + " bytes for " + std::string(DTypeName(h.dtype)) +
-                         ShapeString(h.sample_shape));
+                         ListString(h.sample_shape));
   }
   if (count > static_cast<uint64_t>(kRecordShardMaxRecords)) return DataLossError(where + ": corrupted header: record count " + std::to_string(count));
   h.record_size = expected_size;
@@ -355,7 +350,7 @@ Status WriteRecordShard(const std::string& path, DType dtype, const std::vector<
   h.record_size = RecordBytes(dtype, sample_shape);
   if (h.record_size < 0) {
     return InvalidArgumentError("WriteRecordShard '" + path + "': a record of " + std::string(DTypeName(dtype)) +
-                                ShapeString(sample_shape) + " would exceed " +
+                                ListString(sample_shape) + " would exceed " +
                                 std::to_string(kRecordShardMaxRecordBytes) + " bytes");
   }
   const int64_t n = static_cast<int64_t>(payload.size());
@@ -521,8 +516,8 @@ StatusOr<std::shared_ptr<RecordShardDataset>> RecordShardDataset::Open(const std
   }
   if (m.dtype != ds->dtype_ || m.sample_shape != ds->sample_shape_) {
     return DataLossError("record shards '" + dir + "' hold " + std::string(DTypeName(ds->dtype_)) +
-                         ShapeString(ds->sample_shape_) + " samples but the manifest says " +
-                         std::string(DTypeName(m.dtype)) + ShapeString(m.sample_shape));
+                         ListString(ds->sample_shape_) + " samples but the manifest says " +
+                         std::string(DTypeName(m.dtype)) + ListString(m.sample_shape));
   }
   return ds;
 }
@@ -570,8 +565,8 @@ StatusOr<std::shared_ptr<RecordShardDataset>> RecordShardDataset::OpenFiles(cons
       ds->record_size_ = h.record_size;
     } else if (h.dtype != ds->dtype_ || h.sample_shape != ds->sample_shape_) {
       return InvalidArgumentError("record shard '" + path + "' holds " + std::string(DTypeName(h.dtype)) +
-                                  ShapeString(h.sample_shape) + " samples but '" + paths[0] + "' holds " +
-                                  std::string(DTypeName(ds->dtype_)) + ShapeString(ds->sample_shape_));
+                                  ListString(h.sample_shape) + " samples but '" + paths[0] + "' holds " +
+                                  std::string(DTypeName(ds->dtype_)) + ListString(ds->sample_shape_));
     }
     ds->starts_.push_back(ds->starts_.back() + h.record_count);
     ds->files_.push_back(std::move(file));

@@ -24,12 +24,6 @@ namespace {
 
 std::string Num(double v) { return DoubleString(v); }
 
-std::string ShapeString(const std::vector<int64_t>& shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? "," : "") + std::to_string(shape[i]);
-  return s + "]";
-}
-
 Status CheckNonNegative(const char* what, double v) {
   if (!std::isfinite(v) || v < 0) {
     return InvalidArgumentError(std::string(what) + " " + Num(v) + " must be finite and >= 0");
@@ -158,8 +152,8 @@ StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(std::vector<ParamSpec> pa
     if (p.state_layout.has_value()) {
       const Layout& sl = *p.state_layout;
       if (sl.global_shape() != pl.global_shape()) {
-        return InvalidArgumentError("state layout of " + who + " has shape " + ShapeString(sl.global_shape()) +
-                                    " but the param has shape " + ShapeString(pl.global_shape()));
+        return InvalidArgumentError("state layout of " + who + " has shape " + ListString(sl.global_shape()) +
+                                    " but the param has shape " + ListString(pl.global_shape()));
       }
       if (!(sl.mesh() == pl.mesh())) {
         return InvalidArgumentError("state layout of " + who + " is on mesh " + sl.mesh().ToString() +
@@ -341,8 +335,8 @@ Status Optimizer::UpdateSlot(Slot& slot, DTensor& grad, RankContext& ctx) {
     work = &*temp;
   }
   if (work->local().shape() != grad.local().shape()) {
-    return InternalError("optimizer: param '" + slot.name + "' local shard " + ShapeString(work->local().shape()) +
-                         " != gradient shard " + ShapeString(grad.local().shape()));
+    return InternalError("optimizer: param '" + slot.name + "' local shard " + ListString(work->local().shape()) +
+                         " != gradient shard " + ListString(grad.local().shape()));
   }
   const int64_t t = slot.steps;
   if (!work->local().is_host()) {
@@ -393,8 +387,8 @@ Status Optimizer::Step(std::span<const DTensor* const> grads, RankContext& ctx, 
                                   "; gradients must be f32, f64 or bf16");
     }
     if (g->global_shape() != s.param->global_shape()) {
-      return InvalidArgumentError(who + " has shape " + ShapeString(g->global_shape()) + " but the param has shape " +
-                                  ShapeString(s.param->global_shape()));
+      return InvalidArgumentError(who + " has shape " + ListString(g->global_shape()) + " but the param has shape " +
+                                  ListString(s.param->global_shape()));
     }
     if (!(g->layout().mesh() == s.param->layout().mesh())) {
       return InvalidArgumentError(who + " is on mesh " + g->layout().mesh().ToString() +

@@ -34,6 +34,7 @@
 #include <string>
 #include <vector>
 
+#include "meshflow/base/strings.h"
 #include "meshflow/runtime/redistribute.h"
 #include "meshflow/runtime/executor.h"
 #include "meshflow/runtime/rank_context.h"
@@ -108,12 +109,6 @@ Tensor GlobalFor(DType dtype, const std::vector<int64_t>& shape) {
   return t;
 }
 
-std::string ShapeString(const std::vector<int64_t>& s) {
-  std::string out = "[";
-  for (size_t i = 0; i < s.size(); ++i) out += (i ? "," : "") + std::to_string(s[i]);
-  return out + "]";
-}
-
 void CheckPlanShape(const Plan& plan, const Layout& from, const Layout& to, const std::string& what) {
   FUZZ_CHECK(plan.from == from && plan.to == to, what << ": plan endpoints differ from the request");
   const Layout* cur = &from;
@@ -166,7 +161,7 @@ void RunCase(FuzzInput& in) {
     for (int d = 0; d < ndim; ++d) names.push_back("m" + std::to_string(d));
     to_mesh = *DeviceMesh::Create(other, names);
   }
-  const std::string what = mesh->ToString() + " shape " + ShapeString(shape) + " " + std::string(DTypeName(dtype)) +
+  const std::string what = mesh->ToString() + " shape " + ListString(shape) + " " + std::string(DTypeName(dtype)) +
                            " " + ToString(std::span<const Placement>(fp)) + " -> " +
                            ToString(std::span<const Placement>(tp)) + " planner " +
                            std::string(PlannerKindName(planner)) + " flag " + std::to_string(flag);
