@@ -2,6 +2,7 @@
 
 #include <charconv>
 #include <cmath>
+#include <cstdio>
 
 namespace meshflow {
 namespace {
@@ -26,6 +27,12 @@ std::string DoubleString(double v) {
   char buf[64];
   const auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), v);
   return ec == std::errc() ? std::string(buf, end) : "nan";
+}
+
+std::string FixedString(double v, int digits) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.*f", digits, v);
+  return buf;
 }
 
 }  // namespace meshflow

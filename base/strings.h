@@ -4,6 +4,7 @@
 //   ListString(std::vector<int>{})           -> "[]"
 //   DoubleString(0.1)                        -> "0.1"
 //   DoubleString(1e6)                        -> "1e+06"
+//   FixedString(2.345, 1)                    -> "2.3"
 #ifndef MESHFLOW_BASE_STRINGS_H_
 #define MESHFLOW_BASE_STRINGS_H_
 
@@ -19,6 +20,8 @@ std::string ListString(std::span<const int64_t> v);
 // The shortest text that parses back to the same double ("0.001", "-1", "1e+06", "inf", "-inf";
 // every NaN is "nan"): numbers in messages and in round-tripping printers.
 std::string DoubleString(double v);
+// printf("%.*f", digits, v): fixed-point numbers in tables and reports.
+std::string FixedString(double v, int digits);
 
 }  // namespace meshflow
 

@@ -12,6 +12,13 @@
 namespace meshflow {
 namespace {
 
+TEST(FixedStringTest, Digits) {
+  EXPECT_EQ(FixedString(2.345, 1), "2.3");
+  EXPECT_EQ(FixedString(-0.5, 0), "-0");  // printf rounds half to even
+  EXPECT_EQ(FixedString(1e6, 2), "1000000.00");
+  EXPECT_EQ(FixedString(1.0 / 3.0, 4), "0.3333");
+}
+
 TEST(DoubleStringTest, ShortestRoundTrip) {
   EXPECT_EQ(DoubleString(0.1), "0.1");
   EXPECT_EQ(DoubleString(-1), "-1");

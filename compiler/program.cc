@@ -1,6 +1,5 @@
 #include "meshflow/compiler/program.h"
 
-#include <cstdio>
 #include <utility>
 
 #include "meshflow/base/strings.h"
@@ -9,12 +8,6 @@
 
 namespace meshflow {
 namespace {
-
-std::string Fixed(double v, int digits) {
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), "%.*f", digits, v);
-  return buf;
-}
 
 std::string Pad(std::string s, size_t w) {
   if (s.size() < w) s.append(w - s.size(), ' ');
@@ -198,7 +191,7 @@ std::string CostReportToText(const CostReport& r) {
   for (const auto& [kind, count] : r.collectives_by_kind) {
     kinds += (kinds.empty() ? "" : ", ") + kind + " x" + std::to_string(count);
   }
-  std::string out = "cost: " + Fixed(r.modelled_us, 3) + " us modelled, " + std::to_string(r.ops) + " ops, " +
+  std::string out = "cost: " + FixedString(r.modelled_us, 3) + " us modelled, " + std::to_string(r.ops) + " ops, " +
                     std::to_string(r.redistributions) + (r.redistributions == 1 ? " redistribution, " : " redistributions, ") +
                     std::to_string(r.collectives) + (r.collectives == 1 ? " collective" : " collectives") +
                     (kinds.empty() ? "" : " (" + kinds + ")") + ", max " + std::to_string(r.max_bytes_received_per_rank) +
@@ -238,11 +231,11 @@ std::string ProgramToText(const Program& program) {
     out += num + "redistribute " + g.value(r.value).name + ": " + r.from.PlacementsString() + " -> " +
            r.to.PlacementsString() + (r.for_annotation ? " (annotation)" : "") + "  " + std::to_string(colls) +
            (colls == 1 ? " collective, " : " collectives, ") + std::to_string(plan.max_bytes_received_per_rank) +
-           " B/rank, " + Fixed(plan.modelled_us, 3) + " us\n";
+           " B/rank, " + FixedString(plan.modelled_us, 3) + " us\n";
     for (const PlanStep& s : plan.steps) {
       out += "         " + Pad(std::string(StepKindName(s.kind)), 15) + " mesh_dims=" + Pad(ListString(s.mesh_dims), 6) +
              " tensor_dim=" + Pad(TensorDims(s), 5) + " bytes/rank=" + Pad(std::to_string(s.bytes_per_rank), 8) + " " +
-             Fixed(s.modelled_us, 3) + " us  " + s.from.PlacementsString() + " -> " + s.to.PlacementsString() + "\n";
+             FixedString(s.modelled_us, 3) + " us  " + s.from.PlacementsString() + " -> " + s.to.PlacementsString() + "\n";
     }
   }
   out += "  outputs:";

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "meshflow/base/cli.h"
+#include "meshflow/base/strings.h"
 #include "meshflow/runtime/redistribute.h"
 #include "meshflow/runtime/rank_context.h"
 #include "meshflow/collectives/mpi/mpi_communicator.h"
@@ -24,12 +25,6 @@ struct RankResult {
   double output_failures = 0;      // outputs whose error exceeds the tolerance (or bad layouts)
   double byte_failures = 0;        // 1 when the bytes received differ from the modelled bytes
 };
-
-std::string Fixed(double v, int digits) {
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), "%.*f", digits, v);
-  return buf;
-}
 
 std::string Ints(const std::vector<int>& v, const DeviceMesh& mesh) {
   std::string s;
@@ -49,7 +44,7 @@ std::string CollectivesText(const Program& p) {
       out += "  step " + std::to_string(index) + ": " + std::string(StepKindName(s.kind)) + " over " +
              Ints(s.mesh_dims, p.graph.mesh()) + " of " + p.graph.value(r->value).name + " (" +
              s.from.PlacementsString() + " -> " + s.to.PlacementsString() + "), " + std::to_string(s.bytes_per_rank) +
-             " B received by the busiest rank, " + Fixed(s.modelled_us, 3) + " us\n";
+             " B received by the busiest rank, " + FixedString(s.modelled_us, 3) + " us\n";
     }
   }
   return out.empty() ? "  (none)\n" : out;

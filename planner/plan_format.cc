@@ -13,12 +13,6 @@
 namespace meshflow {
 namespace {
 
-std::string Fixed(double v, int digits) {
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), "%.*f", digits, v);
-  return buf;
-}
-
 std::string JsonNumber(double v) {
   if (!std::isfinite(v)) return "null";
   char buf[64];
@@ -87,16 +81,16 @@ std::string PlanToText(const Plan& plan) {
     const PlanStep& s = plan.steps[i];
     out += "  " + std::to_string(i + 1) + ". " + Pad(std::string(StepKindName(s.kind)), 15) + " " +
            Pad("mesh_dims=" + ListString(s.mesh_dims), 16) + " " + Pad("tensor_dim=" + TensorDims(s), 16) + " " +
-           Pad("bytes/rank=" + std::to_string(s.bytes_per_rank), 16) + " " + Fixed(s.modelled_us, 3) + " us  " +
+           Pad("bytes/rank=" + std::to_string(s.bytes_per_rank), 16) + " " + FixedString(s.modelled_us, 3) + " us  " +
            s.from.PlacementsString() + " -> " + s.to.PlacementsString() + "\n";
   }
-  out += "total: " + Fixed(plan.modelled_us, 3) + " us, max bytes received per rank " +
+  out += "total: " + FixedString(plan.modelled_us, 3) + " us, max bytes received per rank " +
          std::to_string(plan.max_bytes_received_per_rank) + ", lower bound ";
   if (plan.lower_bound_bytes_per_rank.has_value()) {
     const int64_t lb = *plan.lower_bound_bytes_per_rank;
     out += std::to_string(lb) + ", ratio ";
     if (lb > 0) {
-      out += Fixed(static_cast<double>(plan.max_bytes_received_per_rank) / static_cast<double>(lb), 2);
+      out += FixedString(static_cast<double>(plan.max_bytes_received_per_rank) / static_cast<double>(lb), 2);
     } else {
       out += plan.max_bytes_received_per_rank == 0 ? "1.00" : "inf";
     }
