@@ -169,6 +169,75 @@ StatusOr<std::string> EncodeMetadataVersion(const CheckpointMetadata& md, uint32
   return std::string(std::move(out.out()));
 }
 
+namespace {
+
+// One chunk record of tensor `t` (its earlier chunks already in t.chunks, for the overlap check);
+// `cw` names it in errors. `corrupt` turns a reason into the file's DATA_LOSS error.
+template <typename Corrupt>
+StatusOr<ChunkRecord> DecodeChunk(Reader& r, const TensorRecord& t, const CheckpointMetadata& md, uint32_t version,
+                                  const std::string& cw, const Corrupt& corrupt) {
+  const uint32_t ndim = static_cast<uint32_t>(t.shape.size());
+  const int64_t es = DTypeSize(t.dtype);
+  ChunkRecord c;
+  c.box.offset.resize(ndim);
+  c.box.shape.resize(ndim);
+  for (uint32_t d = 0; d < ndim; ++d) MF_RETURN_IF_ERROR(r.Get(c.box.offset[d], "chunk offset"));
+  for (uint32_t d = 0; d < ndim; ++d) MF_RETURN_IF_ERROR(r.Get(c.box.shape[d], "chunk shape"));
+  for (uint32_t d = 0; d < ndim; ++d) {
+    if (c.box.offset[d] < 0 || c.box.shape[d] <= 0 || c.box.offset[d] > t.shape[d] ||
+        c.box.shape[d] > t.shape[d] - c.box.offset[d]) {
+      return corrupt(cw + " box " + c.box.ToString() + " is empty or outside the shape " + ListString(t.shape));
+    }
+  }
+  uint32_t file = 0;
+  uint64_t off = 0, len = 0;
+  MF_RETURN_IF_ERROR(r.Get(file, "chunk file"));
+  MF_RETURN_IF_ERROR(r.Get(off, "chunk byte offset"));
+  MF_RETURN_IF_ERROR(r.Get(len, "chunk byte length"));
+  if (file >= md.file_sizes.size()) {
+    return corrupt(cw + " names data file " + std::to_string(file) + " but there are " +
+                   std::to_string(md.file_sizes.size()));
+  }
+  c.file = static_cast<int32_t>(file);
+  const int64_t elems = c.box.NumElements();
+  if (len != static_cast<uint64_t>(elems * es)) {
+    return corrupt(cw + " has " + std::to_string(len) + " bytes, expected " + std::to_string(elems * es) + " for " +
+                   std::to_string(elems) + " " + std::string(DTypeName(t.dtype)) + " elements");
+  }
+  if (off > static_cast<uint64_t>(md.file_sizes[file]) || len > static_cast<uint64_t>(md.file_sizes[file]) - off) {
+    return corrupt(cw + " bytes [" + std::to_string(off) + ", " + std::to_string(off + len) + ") lie past the end of " +
+                   DataFileName(static_cast<int>(file)) + " (" + std::to_string(md.file_sizes[file]) + " bytes)");
+  }
+  c.byte_offset = static_cast<int64_t>(off);
+  c.byte_length = static_cast<int64_t>(len);
+  c.block_bytes = md.checksum_block_bytes;
+  if (version >= 2) {
+    uint64_t cb = 0;
+    MF_RETURN_IF_ERROR(r.Get(cb, "chunk checksum block size"));
+    if (cb == 0 || cb > static_cast<uint64_t>(md.checksum_block_bytes)) {
+      return corrupt(cw + " checksum block size " + std::to_string(cb) + " is not in [1, " +
+                     std::to_string(md.checksum_block_bytes) + "]");
+    }
+    c.block_bytes = static_cast<int64_t>(cb);
+  }
+  uint32_t nblocks = 0;
+  MF_RETURN_IF_ERROR(r.Get(nblocks, "chunk block count"));
+  if (static_cast<int64_t>(nblocks) != NumChecksumBlocks(c.byte_length, c.block_bytes)) {
+    return corrupt(cw + " has " + std::to_string(nblocks) + " checksums, expected " +
+                   std::to_string(NumChecksumBlocks(c.byte_length, c.block_bytes)));
+  }
+  c.block_crcs.resize(nblocks);
+  for (uint32_t& crc : c.block_crcs) MF_RETURN_IF_ERROR(r.Get(crc, "chunk checksum"));
+  for (const ChunkRecord& prev : t.chunks) {
+    if (!Intersect(prev.box, c.box).empty()) {
+      return corrupt(cw + " box " + c.box.ToString() + " overlaps " + prev.box.ToString());
+    }
+  }
+  return c;
+}
+
+}  // namespace
+
 StatusOr<CheckpointMetadata> DecodeMetadata(std::string_view bytes, std::string_view path) {
   const std::string where = "checkpoint metadata " + std::string(path);
   auto corrupt = [&](const std::string& why) { return DataLossError(where + " is corrupted: " + why); };
@@ -258,63 +327,8 @@ StatusOr<CheckpointMetadata> DecodeMetadata(std::string_view bytes, std::string_
     }
     int64_t covered = 0;
     for (uint64_t ci = 0; ci < num_chunks; ++ci) {
-      ChunkRecord c;
-      const std::string cw = tw + " chunk " + std::to_string(ci);
-      c.box.offset.resize(ndim);
-      c.box.shape.resize(ndim);
-      for (uint32_t d = 0; d < ndim; ++d) MF_RETURN_IF_ERROR(r.Get(c.box.offset[d], "chunk offset"));
-      for (uint32_t d = 0; d < ndim; ++d) MF_RETURN_IF_ERROR(r.Get(c.box.shape[d], "chunk shape"));
-      for (uint32_t d = 0; d < ndim; ++d) {
-        if (c.box.offset[d] < 0 || c.box.shape[d] <= 0 || c.box.offset[d] > t.shape[d] ||
-            c.box.shape[d] > t.shape[d] - c.box.offset[d]) {
-          return corrupt(cw + " box " + c.box.ToString() + " is empty or outside the shape " + ListString(t.shape));
-        }
-      }
-      uint32_t file = 0;
-      uint64_t off = 0, len = 0;
-      MF_RETURN_IF_ERROR(r.Get(file, "chunk file"));
-      MF_RETURN_IF_ERROR(r.Get(off, "chunk byte offset"));
-      MF_RETURN_IF_ERROR(r.Get(len, "chunk byte length"));
-      if (file >= md.file_sizes.size()) {
-        return corrupt(cw + " names data file " + std::to_string(file) + " but there are " +
-                       std::to_string(md.file_sizes.size()));
-      }
-      c.file = static_cast<int32_t>(file);
-      const int64_t elems = c.box.NumElements();
-      if (len != static_cast<uint64_t>(elems * es)) {
-        return corrupt(cw + " has " + std::to_string(len) + " bytes, expected " + std::to_string(elems * es) + " for " +
-                       std::to_string(elems) + " " + std::string(DTypeName(t.dtype)) + " elements");
-      }
-      if (off > static_cast<uint64_t>(md.file_sizes[file]) || len > static_cast<uint64_t>(md.file_sizes[file]) - off) {
-        return corrupt(cw + " bytes [" + std::to_string(off) + ", " + std::to_string(off + len) + ") lie past the end of " +
-                       DataFileName(static_cast<int>(file)) + " (" + std::to_string(md.file_sizes[file]) + " bytes)");
-      }
-      c.byte_offset = static_cast<int64_t>(off);
-      c.byte_length = static_cast<int64_t>(len);
-      c.block_bytes = md.checksum_block_bytes;
-      if (version >= 2) {
-        uint64_t cb = 0;
-        MF_RETURN_IF_ERROR(r.Get(cb, "chunk checksum block size"));
-        if (cb == 0 || cb > static_cast<uint64_t>(md.checksum_block_bytes)) {
-          return corrupt(cw + " checksum block size " + std::to_string(cb) + " is not in [1, " +
-                         std::to_string(md.checksum_block_bytes) + "]");
-        }
-        c.block_bytes = static_cast<int64_t>(cb);
-      }
-      uint32_t nblocks = 0;
-      MF_RETURN_IF_ERROR(r.Get(nblocks, "chunk block count"));
-      if (static_cast<int64_t>(nblocks) != NumChecksumBlocks(c.byte_length, c.block_bytes)) {
-        return corrupt(cw + " has " + std::to_string(nblocks) + " checksums, expected " +
-                       std::to_string(NumChecksumBlocks(c.byte_length, c.block_bytes)));
-      }
-      c.block_crcs.resize(nblocks);
-      for (uint32_t& crc : c.block_crcs) MF_RETURN_IF_ERROR(r.Get(crc, "chunk checksum"));
-      for (const ChunkRecord& prev : t.chunks) {
-        if (!Intersect(prev.box, c.box).empty()) {
-          return corrupt(cw + " box " + c.box.ToString() + " overlaps " + prev.box.ToString());
-        }
-      }
-      covered += elems;
+      MF_ASSIGN_OR_RETURN(ChunkRecord c, DecodeChunk(r, t, md, version, tw + " chunk " + std::to_string(ci), corrupt));
+      covered += c.box.NumElements();
       t.chunks.push_back(std::move(c));
     }
     if (covered != total) {
