@@ -291,10 +291,9 @@ StatusOr<Batch> DataLoader::Produce(const LoaderState& at) const {
   for (size_t k = 0; k < indices.size();) {
     size_t e = k + 1;
     while (e < indices.size() && indices[e] == indices[e - 1] + 1) ++e;
-    const Status s = e - k == 1 ? dataset_->Read(indices[k], row_bytes(k, 1))
-                                : dataset_->ReadRun(indices[k], static_cast<int64_t>(e - k), row_bytes(k, e - k));
+    const Status s = dataset_->ReadRun(indices[k], static_cast<int64_t>(e - k), row_bytes(k, e - k));
     if (!s.ok()) {
-      // Name the first failing row: read the run's rows one by one up to it.
+      // Name the first failing row of a longer run: read its rows one by one up to it.
       for (size_t j = k; j < e && e - k > 1; ++j) {
         const Status rs = dataset_->Read(indices[j], row_bytes(j, 1));
         if (!rs.ok()) return context(rs, j);
