@@ -26,6 +26,7 @@
 #include <memory>
 #include <vector>
 
+#include "meshflow/bench/memcpy_bandwidth.h"
 #include "meshflow/runtime/redistribute.h"
 #include "meshflow/runtime/executor.h"
 #include "meshflow/runtime/rank_context.h"
@@ -43,20 +44,6 @@ int64_t PageFaults() {
   rusage u{};
   getrusage(RUSAGE_SELF, &u);
   return static_cast<int64_t>(u.ru_minflt) + static_cast<int64_t>(u.ru_majflt);
-}
-
-// Bytes per second of a single-thread memcpy of `bytes` (warm buffers, best of a few reps).
-double MemcpyBandwidth(int64_t bytes) {
-  std::vector<char> src(static_cast<size_t>(bytes), 1), dst(static_cast<size_t>(bytes), 0);
-  double best = 0;
-  for (int i = 0; i < 7; ++i) {
-    const auto t0 = std::chrono::steady_clock::now();
-    std::memcpy(dst.data(), src.data(), src.size());
-    benchmark::ClobberMemory();
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (i > 0) best = std::max(best, static_cast<double>(bytes) / s);  // rep 0 faults the pages in
-  }
-  return best;
 }
 
 void RunRedistribute(benchmark::State& state, const Placements& from_p, const Placements& to_p, int64_t cols = 256) {

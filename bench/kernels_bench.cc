@@ -23,6 +23,7 @@
 #include <cstring>
 #include <vector>
 
+#include "meshflow/bench/memcpy_bandwidth.h"
 #include "meshflow/dtensor/tensor.h"
 #include "meshflow/ops/blas.h"
 #include "meshflow/ops/kernels.h"
@@ -112,17 +113,6 @@ void BM_EigenGemm(benchmark::State& state) {
                                                 benchmark::Counter::kIsIterationInvariantRate);
 }
 BENCHMARK(BM_EigenGemm)->RangeMultiplier(2)->Range(64, 1024)->Unit(benchmark::kMicrosecond);
-
-// Bytes per second of a single-thread memcpy of `bytes` (warm buffers, best of a few reps).
-double MemcpyBandwidth(int64_t bytes) {
-  std::vector<char> src(static_cast<size_t>(bytes), 1), dst(static_cast<size_t>(bytes), 0);
-  std::memcpy(dst.data(), src.data(), src.size());
-  const double s = BestSeconds(7, [&] {
-    std::memcpy(dst.data(), src.data(), src.size());
-    benchmark::ClobberMemory();
-  });
-  return static_cast<double>(bytes) / s;
-}
 
 enum ElementwiseOp { kAdd, kGelu, kSum, kSoftmax, kLayerNorm };
 const char* const kOpNames[] = {"add", "gelu", "sum", "softmax", "layer_norm"};
