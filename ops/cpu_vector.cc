@@ -71,55 +71,67 @@ Status SetCpuVectorLevel(CpuVectorLevel level) {
   return Status::Ok();
 }
 
-bool VectorUnaryF32(UnaryOp op, const float* x, float* y, int64_t n, float a) {
+namespace {
+
+// One level's build of the loops (cpu_vector_impl.h).
+struct LevelImpl {
+  bool (*unary)(UnaryOp, const float*, float*, int64_t, float);
+  void (*softmax_rows)(const float*, float*, int64_t, int64_t, bool);
+  double (*sum)(const float*, int64_t);
+  void (*norm_rows)(NormKind, const float*, const float*, const float*, float*, int64_t, int64_t, double);
+  float (*exp)(float);
+};
+
+#define MF_LEVEL_IMPL(ns) \
+  LevelImpl { ns::UnaryF32, ns::SoftmaxRowsF32, ns::SumF32, ns::NormRowsF32, ns::ExpF32 }
+constexpr LevelImpl kV4 = MF_LEVEL_IMPL(cpu_vector_v4);
+constexpr LevelImpl kV3 = MF_LEVEL_IMPL(cpu_vector_v3);
+constexpr LevelImpl kBaseline = MF_LEVEL_IMPL(cpu_vector_baseline);
+#undef MF_LEVEL_IMPL
+
+// The active level's loops; nullptr at kScalar (the callers' scalar loops run).
+const LevelImpl* ActiveImpl() {
   switch (ActiveCpuVectorLevel()) {
-    case CpuVectorLevel::kAvx512: return cpu_vector_v4::UnaryF32(op, x, y, n, a);
-    case CpuVectorLevel::kAvx2: return cpu_vector_v3::UnaryF32(op, x, y, n, a);
-    case CpuVectorLevel::kBaseline: return cpu_vector_baseline::UnaryF32(op, x, y, n, a);
+    case CpuVectorLevel::kAvx512: return &kV4;
+    case CpuVectorLevel::kAvx2: return &kV3;
+    case CpuVectorLevel::kBaseline: return &kBaseline;
     case CpuVectorLevel::kScalar: break;
   }
-  return false;
+  return nullptr;
+}
+
+}  // namespace
+
+bool VectorUnaryF32(UnaryOp op, const float* x, float* y, int64_t n, float a) {
+  const LevelImpl* impl = ActiveImpl();
+  return impl != nullptr && impl->unary(op, x, y, n, a);
 }
 
 bool VectorSoftmaxRowsF32(const float* x, float* y, int64_t rows, int64_t n, bool log) {
-  switch (ActiveCpuVectorLevel()) {
-    case CpuVectorLevel::kAvx512: cpu_vector_v4::SoftmaxRowsF32(x, y, rows, n, log); return true;
-    case CpuVectorLevel::kAvx2: cpu_vector_v3::SoftmaxRowsF32(x, y, rows, n, log); return true;
-    case CpuVectorLevel::kBaseline: cpu_vector_baseline::SoftmaxRowsF32(x, y, rows, n, log); return true;
-    case CpuVectorLevel::kScalar: break;
-  }
-  return false;
+  const LevelImpl* impl = ActiveImpl();
+  if (impl == nullptr) return false;
+  impl->softmax_rows(x, y, rows, n, log);
+  return true;
 }
 
 bool VectorSumF32(const float* x, int64_t n, double* sum) {
-  switch (ActiveCpuVectorLevel()) {
-    case CpuVectorLevel::kAvx512: *sum = cpu_vector_v4::SumF32(x, n); return true;
-    case CpuVectorLevel::kAvx2: *sum = cpu_vector_v3::SumF32(x, n); return true;
-    case CpuVectorLevel::kBaseline: *sum = cpu_vector_baseline::SumF32(x, n); return true;
-    case CpuVectorLevel::kScalar: break;
-  }
-  return false;
+  const LevelImpl* impl = ActiveImpl();
+  if (impl == nullptr) return false;
+  *sum = impl->sum(x, n);
+  return true;
 }
 
 bool VectorNormRowsF32(NormKind kind, const float* x, const float* w, const float* b, float* y, int64_t rows,
                        int64_t n, double eps) {
-  switch (ActiveCpuVectorLevel()) {
-    case CpuVectorLevel::kAvx512: cpu_vector_v4::NormRowsF32(kind, x, w, b, y, rows, n, eps); return true;
-    case CpuVectorLevel::kAvx2: cpu_vector_v3::NormRowsF32(kind, x, w, b, y, rows, n, eps); return true;
-    case CpuVectorLevel::kBaseline: cpu_vector_baseline::NormRowsF32(kind, x, w, b, y, rows, n, eps); return true;
-    case CpuVectorLevel::kScalar: break;
-  }
-  return false;
+  const LevelImpl* impl = ActiveImpl();
+  if (impl == nullptr) return false;
+  impl->norm_rows(kind, x, w, b, y, rows, n, eps);
+  return true;
 }
 
 float VectorExpF32(float x) {
-  switch (ActiveCpuVectorLevel()) {
-    case CpuVectorLevel::kAvx512: return cpu_vector_v4::ExpF32(x);
-    case CpuVectorLevel::kAvx2: return cpu_vector_v3::ExpF32(x);
-    case CpuVectorLevel::kBaseline:
-    case CpuVectorLevel::kScalar: break;
-  }
-  return cpu_vector_baseline::ExpF32(x);
+  const LevelImpl* impl = ActiveImpl();
+  return (impl != nullptr ? impl : &kBaseline)->exp(x);
 }
 
 }  // namespace meshflow
