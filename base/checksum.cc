@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <bit>
+#include <cstdio>
 #include <cstring>
 
 #if defined(__x86_64__)
@@ -288,5 +289,11 @@ uint32_t Crc32cExtend(uint32_t crc, std::span<const std::byte> bytes) {
 }
 
 uint32_t Crc32c(std::span<const std::byte> bytes) { return Crc32cExtend(0, bytes); }
+
+std::string Crc32cString(uint32_t crc) {
+  char buf[16];
+  std::snprintf(buf, sizeof(buf), "0x%08x", static_cast<unsigned>(crc));
+  return buf;
+}
 
 }  // namespace meshflow

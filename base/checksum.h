@@ -17,6 +17,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string>
 
 namespace meshflow {
 
@@ -24,6 +25,8 @@ namespace meshflow {
 uint32_t Crc32c(std::span<const std::byte> bytes);
 // Continues a CRC-32C: `crc` is the CRC-32C of the bytes seen so far (0 for none).
 uint32_t Crc32cExtend(uint32_t crc, std::span<const std::byte> bytes);
+// A checksum as error messages print it: "0x" and 8 lower-case hex digits ("0xe3069283").
+std::string Crc32cString(uint32_t crc);
 
 namespace crc32c_internal {
 // The portable table implementation (always available; used by tests to check the fast path).

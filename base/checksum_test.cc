@@ -73,5 +73,10 @@ TEST(Crc32cTest, EveryShortLengthMatchesPortable) {
   }
 }
 
+TEST(Crc32cTest, StringIsEightLowerCaseHexDigits) {
+  EXPECT_EQ(Crc32cString(0xE3069283u), "0xe3069283");
+  EXPECT_EQ(Crc32cString(0), "0x00000000");
+}
+
 }  // namespace
 }  // namespace meshflow

@@ -1,10 +1,13 @@
 #include "meshflow/checkpoint/format.h"
 
 #include <bit>
+#include <concepts>
+#include <optional>
 #include <cstdio>
 #include <cstring>
 #include <set>
 
+#include "meshflow/base/byte_io.h"
 #include "meshflow/base/checksum.h"
 #include "meshflow/base/strings.h"
 
@@ -19,11 +22,9 @@ constexpr size_t kTrailerBytes = 4;              // CRC-32C of header + body
 
 class Writer {
  public:
-  template <typename T>
+  template <std::integral T>
   void Put(T v) {
-    char b[sizeof(T)];
-    std::memcpy(b, &v, sizeof(T));
-    out_.append(b, sizeof(T));
+    AppendLe<T>(out_, v);
   }
   void PutBytes(std::string_view s) { out_.append(s); }
   std::string& out() { return out_; }
@@ -36,10 +37,10 @@ class Reader {
  public:
   Reader(std::string_view bytes, std::string_view path) : bytes_(bytes), path_(path) {}
 
-  template <typename T>
+  template <std::integral T>
   Status Get(T& v, const char* what) {
     if (bytes_.size() - pos_ < sizeof(T)) return Truncated(what);
-    std::memcpy(&v, bytes_.data() + pos_, sizeof(T));
+    v = LoadLe<T>(reinterpret_cast<const std::byte*>(bytes_.data() + pos_));
     pos_ += sizeof(T);
     return Status();
   }
@@ -72,28 +73,6 @@ std::string DataFileName(int file_index) {
   char buf[32];
   std::snprintf(buf, sizeof(buf), "data-%05d.bin", file_index);
   return buf;
-}
-
-uint8_t DTypeCode(DType t) {
-  switch (t) {
-    case DType::kF32: return 0;
-    case DType::kF64: return 1;
-    case DType::kBF16: return 2;
-    case DType::kI32: return 3;
-    case DType::kI64: return 4;
-  }
-  return 255;
-}
-
-StatusOr<DType> DTypeFromCode(uint8_t code) {
-  switch (code) {
-    case 0: return DType::kF32;
-    case 1: return DType::kF64;
-    case 2: return DType::kBF16;
-    case 3: return DType::kI32;
-    case 4: return DType::kI64;
-    default: return InvalidArgumentError("unknown dtype code " + std::to_string(code));
-  }
 }
 
 const TensorRecord* CheckpointMetadata::Find(std::string_view name) const {
@@ -135,7 +114,7 @@ StatusOr<std::string> EncodeMetadataVersion(const CheckpointMetadata& md, uint32
   for (const TensorRecord& t : md.tensors) {
     body.Put<uint32_t>(static_cast<uint32_t>(t.name.size()));
     body.PutBytes(t.name);
-    body.Put<uint8_t>(DTypeCode(t.dtype));
+    body.Put<uint8_t>(DTypeFileCode(t.dtype));
     body.Put<uint32_t>(static_cast<uint32_t>(t.shape.size()));
     for (int64_t d : t.shape) body.Put<int64_t>(d);
     body.Put<uint32_t>(static_cast<uint32_t>(t.saved_layout.size()));
@@ -299,8 +278,8 @@ StatusOr<CheckpointMetadata> DecodeMetadata(std::string_view bytes, std::string_
     if (!names.insert(t.name).second) return corrupt("duplicate " + tw);
     uint8_t code = 0;
     MF_RETURN_IF_ERROR(r.Get(code, "dtype"));
-    StatusOr<DType> dt = DTypeFromCode(code);
-    if (!dt.ok()) return corrupt(tw + ": " + dt.status().message());
+    const std::optional<DType> dt = DTypeFromFileCode(code);
+    if (!dt) return corrupt(tw + ": unknown dtype code " + std::to_string(code));
     t.dtype = *dt;
     const int64_t es = DTypeSize(t.dtype);
     uint32_t ndim = 0;

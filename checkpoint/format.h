@@ -42,9 +42,7 @@ inline constexpr std::string_view kMetadataFileName = "metadata.mfck";
 // "data-00003.bin" for file index 3.
 std::string DataFileName(int file_index);
 
-// Stable on-disk codes of dtypes (never renumbered): f32 0, f64 1, bf16 2, i32 3, i64 4.
-uint8_t DTypeCode(DType t);
-StatusOr<DType> DTypeFromCode(uint8_t code);
+// Dtypes are stored by DTypeFileCode (dtensor/dtype.h), as in every meshflow file.
 
 struct ChunkRecord {
   Box box{};                  // global coordinates; never empty

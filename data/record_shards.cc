@@ -7,13 +7,13 @@
 #include <charconv>
 #include <cctype>
 #include <cerrno>
-#include <cinttypes>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <system_error>
 #include <utility>
 
+#include "meshflow/base/byte_io.h"
 #include "meshflow/base/checksum.h"
 #include "meshflow/base/strings.h"
 
@@ -23,39 +23,6 @@ namespace {
 constexpr size_t kMagicOff = 0, kVersionOff = 8, kDTypeOff = 12, kNdimOff = 16, kReservedOff = 20,
                  kRecordSizeOff = 24, kCountOff = 32, kShapeOff = 40, kPayloadCrcOff = 104, kHeaderCrcOff = 124;
 
-void PutU32(std::byte* p, uint32_t v) {
-  for (int i = 0; i < 4; ++i) p[i] = static_cast<std::byte>((v >> (8 * i)) & 0xFFu);
-}
-void PutU64(std::byte* p, uint64_t v) {
-  for (int i = 0; i < 8; ++i) p[i] = static_cast<std::byte>((v >> (8 * i)) & 0xFFu);
-}
-uint32_t GetU32(const std::byte* p) {
-  uint32_t v = 0;
-  for (int i = 0; i < 4; ++i) v |= static_cast<uint32_t>(p[i]) << (8 * i);
-  return v;
-}
-uint64_t GetU64(const std::byte* p) {
-  uint64_t v = 0;
-  for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(p[i]) << (8 * i);
-  return v;
-}
-
-uint32_t DTypeCode(DType t) {
-  switch (t) {
-    case DType::kF32: return 0;
-    case DType::kF64: return 1;
-    case DType::kBF16: return 2;
-    case DType::kI32: return 3;
-    case DType::kI64: return 4;
-  }
-  return 0;
-}
-
-std::string Hex32(uint32_t v) {
-  char buf[16];
-  std::snprintf(buf, sizeof(buf), "0x%08" PRIx32, v);
-  return buf;
-}
 
 Status CheckShape(const std::vector<int64_t>& shape, std::string_view what) {
   if (shape.size() > static_cast<size_t>(kRecordShardMaxNdim)) {
@@ -117,7 +84,7 @@ bool ParseI64(std::string_view s, int64_t* out) {
   return ec == std::errc() && p == s.data() + s.size();
 }
 
-bool ParseHex32(std::string_view s, uint32_t* out) {
+bool ParseCrc32cString(std::string_view s, uint32_t* out) {
   if (s.size() != 10 || s[0] != '0' || s[1] != 'x') return false;
   for (char c : s.substr(2)) {
     if (!std::isxdigit(static_cast<unsigned char>(c))) return false;
@@ -164,9 +131,9 @@ std::string EncodeRecordShardManifest(const Manifest& m) {
          " num_records=" + std::to_string(total) + "\n";
   for (const ManifestShard& e : m.shards) {
     out += "shard name=" + e.name + " records=" + std::to_string(e.records) + " bytes=" + std::to_string(e.bytes) +
-           " crc32c=" + Hex32(e.crc) + "\n";
+           " crc32c=" + Crc32cString(e.crc) + "\n";
   }
-  out += "manifest_crc32c=" + Hex32(Crc32c(std::as_bytes(std::span<const char>(out.data(), out.size())))) + "\n";
+  out += "manifest_crc32c=" + Crc32cString(Crc32c(std::as_bytes(std::span<const char>(out.data(), out.size())))) + "\n";
   return out;
 }
 
@@ -181,13 +148,13 @@ StatusOr<Manifest> ParseRecordShardManifest(std::string_view text, const std::st
   const std::string_view last = lines.back();
   const size_t last_pos = static_cast<size_t>(last.data() - text.data());
   uint32_t stored = 0;
-  if (!last.starts_with("manifest_crc32c=") || !ParseHex32(last.substr(16), &stored)) {
+  if (!last.starts_with("manifest_crc32c=") || !ParseCrc32cString(last.substr(16), &stored)) {
     return DataLossError(bad + " is damaged: the last line is not manifest_crc32c=0x........ (truncated?)");
   }
   const uint32_t crc = Crc32c(std::as_bytes(std::span<const char>(text.data(), last_pos)));
   if (crc != stored) {
-    return DataLossError(bad + " is damaged: CRC-32C of its contents is " + Hex32(crc) + ", its last line says " +
-                         Hex32(stored));
+    return DataLossError(bad + " is damaged: CRC-32C of its contents is " + Crc32cString(crc) + ", its last line says " +
+                         Crc32cString(stored));
   }
   Manifest m;
   MF_ASSIGN_OR_RETURN(std::vector<std::string_view> head,
@@ -235,7 +202,7 @@ StatusOr<Manifest> ParseRecordShardManifest(std::string_view text, const std::st
       return DataLossError(where + ": bad shard name '" + e.name.substr(0, 64) + "'");
     }
     if (!ParseI64(f[1], &e.records) || e.records > kRecordShardMaxRecords || !ParseI64(f[2], &e.bytes) ||
-        !ParseHex32(f[3], &e.crc)) {
+        !ParseCrc32cString(f[3], &e.crc)) {
       return DataLossError(where + ": bad records, bytes or crc32c");
     }
     total += e.records;  // <= 2^48 each, fewer than 2^15 lines... bounded by the file size check below
@@ -268,16 +235,16 @@ Status WriteManifest(const std::string& dir, const Manifest& m) {
 std::vector<std::byte> EncodeRecordShardHeader(const RecordShardHeader& h) {
   std::vector<std::byte> out(kRecordShardHeaderSize, std::byte{0});
   std::memcpy(out.data() + kMagicOff, kRecordShardMagic, 8);
-  PutU32(out.data() + kVersionOff, h.version);
-  PutU32(out.data() + kDTypeOff, DTypeCode(h.dtype));
-  PutU32(out.data() + kNdimOff, static_cast<uint32_t>(h.sample_shape.size()));
-  PutU64(out.data() + kRecordSizeOff, static_cast<uint64_t>(h.record_size));
-  PutU64(out.data() + kCountOff, static_cast<uint64_t>(h.record_count));
+  StoreLe<uint32_t>(out.data() + kVersionOff, h.version);
+  StoreLe<uint32_t>(out.data() + kDTypeOff, DTypeFileCode(h.dtype));
+  StoreLe<uint32_t>(out.data() + kNdimOff, static_cast<uint32_t>(h.sample_shape.size()));
+  StoreLe<uint64_t>(out.data() + kRecordSizeOff, static_cast<uint64_t>(h.record_size));
+  StoreLe<uint64_t>(out.data() + kCountOff, static_cast<uint64_t>(h.record_count));
   for (size_t d = 0; d < h.sample_shape.size() && d < static_cast<size_t>(kRecordShardMaxNdim); ++d) {
-    PutU64(out.data() + kShapeOff + 8 * d, static_cast<uint64_t>(h.sample_shape[d]));
+    StoreLe<uint64_t>(out.data() + kShapeOff + 8 * d, static_cast<uint64_t>(h.sample_shape[d]));
   }
-  PutU32(out.data() + kPayloadCrcOff, h.payload_crc);
-  PutU32(out.data() + kHeaderCrcOff, Crc32c(std::span<const std::byte>(out.data(), kHeaderCrcOff)));
+  StoreLe<uint32_t>(out.data() + kPayloadCrcOff, h.payload_crc);
+  StoreLe<uint32_t>(out.data() + kHeaderCrcOff, Crc32c(std::span<const std::byte>(out.data(), kHeaderCrcOff)));
   return out;
 }
 
@@ -293,36 +260,36 @@ StatusOr<RecordShardHeader> DecodeRecordShardHeader(std::span<const std::byte> f
   // The version before the header checksum: other versions checksum differently (version 1 used
   // CRC-32) and may lay the header out differently.
   RecordShardHeader h;
-  h.version = GetU32(file.data() + kVersionOff);
+  h.version = LoadLe<uint32_t>(file.data() + kVersionOff);
   if (h.version != kRecordShardVersion) {
     return UnimplementedError(where + ": unsupported format version " + std::to_string(h.version) + " (this reader reads " +
                               std::to_string(kRecordShardVersion) + ")");
   }
-  const uint32_t stored_crc = GetU32(file.data() + kHeaderCrcOff);
+  const uint32_t stored_crc = LoadLe<uint32_t>(file.data() + kHeaderCrcOff);
   const uint32_t crc = Crc32c(file.subspan(0, kHeaderCrcOff));
   if (stored_crc != crc) {
-    return DataLossError(where + ": corrupted header: header CRC-32C is " + Hex32(crc) + ", stored " + Hex32(stored_crc));
+    return DataLossError(where + ": corrupted header: header CRC-32C is " + Crc32cString(crc) + ", stored " + Crc32cString(stored_crc));
   }
-  const uint32_t code = GetU32(file.data() + kDTypeOff);
-  static constexpr std::array<DType, 5> kCodes = {DType::kF32, DType::kF64, DType::kBF16, DType::kI32, DType::kI64};
-  if (code >= kCodes.size()) return DataLossError(where + ": corrupted header: bad dtype code " + std::to_string(code));
-  h.dtype = kCodes[code];
-  const uint32_t ndim = GetU32(file.data() + kNdimOff);
+  const uint32_t code = LoadLe<uint32_t>(file.data() + kDTypeOff);
+  const std::optional<DType> dtype = DTypeFromFileCode(code);
+  if (!dtype) return DataLossError(where + ": corrupted header: bad dtype code " + std::to_string(code));
+  h.dtype = *dtype;
+  const uint32_t ndim = LoadLe<uint32_t>(file.data() + kNdimOff);
   if (ndim > static_cast<uint32_t>(kRecordShardMaxNdim)) {
     return DataLossError(where + ": corrupted header: ndim " + std::to_string(ndim) + " > " +
                          std::to_string(kRecordShardMaxNdim));
   }
-  if (GetU32(file.data() + kReservedOff) != 0) return DataLossError(where + ": corrupted header: reserved field not 0");
+  if (LoadLe<uint32_t>(file.data() + kReservedOff) != 0) return DataLossError(where + ": corrupted header: reserved field not 0");
   for (uint32_t d = 0; d < ndim; ++d) {
-    const int64_t size = static_cast<int64_t>(GetU64(file.data() + kShapeOff + 8 * d));
+    const int64_t size = static_cast<int64_t>(LoadLe<uint64_t>(file.data() + kShapeOff + 8 * d));
     if (size < 0 || size > (int64_t{1} << 40)) {
       return DataLossError(where + ": corrupted header: sample shape dim " + std::to_string(d) + " has size " +
                            std::to_string(size));
     }
     h.sample_shape.push_back(size);
   }
-  const uint64_t record_size = GetU64(file.data() + kRecordSizeOff);
-  const uint64_t count = GetU64(file.data() + kCountOff);
+  const uint64_t record_size = LoadLe<uint64_t>(file.data() + kRecordSizeOff);
+  const uint64_t count = LoadLe<uint64_t>(file.data() + kCountOff);
   const int64_t expected_size = RecordBytes(h.dtype, h.sample_shape);
   if (expected_size < 0) {
     return DataLossError(where + ": corrupted header: a record of " + std::string(DTypeName(h.dtype)) +
@@ -337,7 +304,7 @@ StatusOr<RecordShardHeader> DecodeRecordShardHeader(std::span<const std::byte> f
   if (count > static_cast<uint64_t>(kRecordShardMaxRecords)) return DataLossError(where + ": corrupted header: record count " + std::to_string(count));
   h.record_size = expected_size;
   h.record_count = static_cast<int64_t>(count);
-  h.payload_crc = GetU32(file.data() + kPayloadCrcOff);
+  h.payload_crc = LoadLe<uint32_t>(file.data() + kPayloadCrcOff);
   return h;
 }
 
@@ -509,9 +476,9 @@ StatusOr<std::shared_ptr<RecordShardDataset>> RecordShardDataset::Open(const std
     if (records != e.records || static_cast<int64_t>(d.files_[i]->size()) != e.bytes || d.crcs_[i] != e.crc) {
       return DataLossError("record shard '" + paths[i] + "' does not match its manifest entry: it has " +
                            std::to_string(records) + " records, " + std::to_string(d.files_[i]->size()) +
-                           " bytes, payload CRC-32C " + Hex32(d.crcs_[i]) + "; the manifest lists " +
+                           " bytes, payload CRC-32C " + Crc32cString(d.crcs_[i]) + "; the manifest lists " +
                            std::to_string(e.records) + " records, " + std::to_string(e.bytes) + " bytes, " +
-                           Hex32(e.crc) + " (renamed, swapped or replaced?)");
+                           Crc32cString(e.crc) + " (renamed, swapped or replaced?)");
     }
   }
   if (m.dtype != ds->dtype_ || m.sample_shape != ds->sample_shape_) {
@@ -555,8 +522,8 @@ StatusOr<std::shared_ptr<RecordShardDataset>> RecordShardDataset::OpenFiles(cons
     if (options.verify_checksums) {
       MF_ASSIGN_OR_RETURN(const uint32_t crc, file->Crc32cOf(kRecordShardHeaderSize, payload));
       if (crc != h.payload_crc) {
-        return DataLossError("record shard '" + path + "': payload checksum mismatch: CRC-32C is " + Hex32(crc) +
-                             ", header says " + Hex32(h.payload_crc) + " (corrupted data)");
+        return DataLossError("record shard '" + path + "': payload checksum mismatch: CRC-32C is " + Crc32cString(crc) +
+                             ", header says " + Crc32cString(h.payload_crc) + " (corrupted data)");
       }
     }
     if (i == 0) {
@@ -574,7 +541,7 @@ StatusOr<std::shared_ptr<RecordShardDataset>> RecordShardDataset::OpenFiles(cons
   }
   ds->total_ = ds->starts_.back();
   // The fingerprint: the index, independent of the directory's path.
-  uint64_t fp = FingerprintCombine(0x6d667265632d6473ull, DTypeCode(ds->dtype_));
+  uint64_t fp = FingerprintCombine(0x6d667265632d6473ull, DTypeFileCode(ds->dtype_));
   for (int64_t d : ds->sample_shape_) fp = FingerprintCombine(fp, static_cast<uint64_t>(d));
   for (size_t i = 0; i < paths.size(); ++i) {
     const std::string name = std::filesystem::path(paths[i]).filename().string();

@@ -2,12 +2,12 @@
 
 #include <algorithm>
 #include <bit>
-#include <cinttypes>
 #include <cstdio>
 #include <cstring>
 #include <limits>
 #include <utility>
 
+#include "meshflow/base/byte_io.h"
 #include "meshflow/base/checksum.h"
 
 namespace meshflow {
@@ -19,28 +19,6 @@ namespace {
 constexpr size_t kMagicOff = 0, kVersionOff = 8, kWidthOff = 12, kCountOff = 16, kVocabOff = 24, kPayloadCrcOff = 32,
                  kReservedOff = 36, kHeaderCrcOff = 60;
 constexpr int64_t kMaxTokens = int64_t{1} << 60;
-
-void PutU32(std::byte* p, uint32_t v) {
-  for (int i = 0; i < 4; ++i) p[i] = static_cast<std::byte>((v >> (8 * i)) & 0xFFu);
-}
-void PutU64(std::byte* p, uint64_t v) {
-  for (int i = 0; i < 8; ++i) p[i] = static_cast<std::byte>((v >> (8 * i)) & 0xFFu);
-}
-uint32_t GetU32(const std::byte* p) {
-  uint32_t v = 0;
-  for (int i = 0; i < 4; ++i) v |= static_cast<uint32_t>(p[i]) << (8 * i);
-  return v;
-}
-uint64_t GetU64(const std::byte* p) {
-  uint64_t v = 0;
-  for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(p[i]) << (8 * i);
-  return v;
-}
-std::string Hex32(uint32_t v) {
-  char buf[16];
-  std::snprintf(buf, sizeof(buf), "0x%08" PRIx32, v);
-  return buf;
-}
 
 // Encodes tokens into `width` bytes each. Errors name the position of a token that does not fit
 // the width or the vocabulary.
@@ -72,12 +50,12 @@ Status EncodeTokens(const std::string& what, std::span<const uint32_t> tokens, T
 std::vector<std::byte> EncodeTokenFileHeader(const TokenFileHeader& h) {
   std::vector<std::byte> out(kTokenFileHeaderSize, std::byte{0});
   std::memcpy(out.data() + kMagicOff, kTokenFileMagic, 8);
-  PutU32(out.data() + kVersionOff, h.version);
-  PutU32(out.data() + kWidthOff, static_cast<uint32_t>(h.width));
-  PutU64(out.data() + kCountOff, static_cast<uint64_t>(h.num_tokens));
-  PutU64(out.data() + kVocabOff, static_cast<uint64_t>(h.vocab_size));
-  PutU32(out.data() + kPayloadCrcOff, h.payload_crc);
-  PutU32(out.data() + kHeaderCrcOff, Crc32c(std::span<const std::byte>(out.data(), kHeaderCrcOff)));
+  StoreLe<uint32_t>(out.data() + kVersionOff, h.version);
+  StoreLe<uint32_t>(out.data() + kWidthOff, static_cast<uint32_t>(h.width));
+  StoreLe<uint64_t>(out.data() + kCountOff, static_cast<uint64_t>(h.num_tokens));
+  StoreLe<uint64_t>(out.data() + kVocabOff, static_cast<uint64_t>(h.vocab_size));
+  StoreLe<uint32_t>(out.data() + kPayloadCrcOff, h.payload_crc);
+  StoreLe<uint32_t>(out.data() + kHeaderCrcOff, Crc32c(std::span<const std::byte>(out.data(), kHeaderCrcOff)));
   return out;
 }
 
@@ -91,27 +69,27 @@ StatusOr<TokenFileHeader> DecodeTokenFileHeader(std::span<const std::byte> bytes
     return DataLossError(where + ": corrupted header: bad magic (expected \"MFTOKENS\")");
   }
   TokenFileHeader h;
-  h.version = GetU32(bytes.data() + kVersionOff);
+  h.version = LoadLe<uint32_t>(bytes.data() + kVersionOff);
   if (h.version != kTokenFileVersion) {
     return UnimplementedError(where + ": unsupported format version " + std::to_string(h.version) +
                               " (this reader reads " + std::to_string(kTokenFileVersion) + ")");
   }
-  const uint32_t stored = GetU32(bytes.data() + kHeaderCrcOff);
+  const uint32_t stored = LoadLe<uint32_t>(bytes.data() + kHeaderCrcOff);
   const uint32_t crc = Crc32c(bytes.subspan(0, kHeaderCrcOff));
   if (stored != crc) {
-    return DataLossError(where + ": corrupted header: header CRC-32C is " + Hex32(crc) + ", stored " + Hex32(stored));
+    return DataLossError(where + ": corrupted header: header CRC-32C is " + Crc32cString(crc) + ", stored " + Crc32cString(stored));
   }
-  const uint32_t width = GetU32(bytes.data() + kWidthOff);
+  const uint32_t width = LoadLe<uint32_t>(bytes.data() + kWidthOff);
   if (width != 2 && width != 4) {
     return DataLossError(where + ": corrupted header: token width " + std::to_string(width) + " (expected 2 or 4)");
   }
   h.width = static_cast<TokenWidth>(width);
-  const uint64_t count = GetU64(bytes.data() + kCountOff);
+  const uint64_t count = LoadLe<uint64_t>(bytes.data() + kCountOff);
   if (count > static_cast<uint64_t>(kMaxTokens)) {
     return DataLossError(where + ": corrupted header: token count " + std::to_string(count) + " > 2^60");
   }
   h.num_tokens = static_cast<int64_t>(count);
-  const uint64_t vocab = GetU64(bytes.data() + kVocabOff);
+  const uint64_t vocab = LoadLe<uint64_t>(bytes.data() + kVocabOff);
   const uint64_t max_vocab = width == 2 ? uint64_t{1} << 16 : uint64_t{1} << 32;
   if (vocab < 1 || vocab > max_vocab) {
     return DataLossError(where + ": corrupted header: vocabulary size " + std::to_string(vocab) + " outside [1, " +
@@ -121,7 +99,7 @@ StatusOr<TokenFileHeader> DecodeTokenFileHeader(std::span<const std::byte> bytes
   for (size_t i = kReservedOff; i < kHeaderCrcOff; ++i) {
     if (bytes[i] != std::byte{0}) return DataLossError(where + ": corrupted header: reserved bytes not 0");
   }
-  h.payload_crc = GetU32(bytes.data() + kPayloadCrcOff);
+  h.payload_crc = LoadLe<uint32_t>(bytes.data() + kPayloadCrcOff);
   return h;
 }
 
@@ -261,8 +239,8 @@ StatusOr<std::shared_ptr<TokenFileDataset>> TokenFileDataset::Open(const std::st
     if (options.verify_checksum) {
       MF_ASSIGN_OR_RETURN(const uint32_t crc, file->Crc32cOf(kTokenFileHeaderSize, expected - kTokenFileHeaderSize));
       if (crc != h.payload_crc) {
-        return DataLossError("token file '" + path + "': payload checksum mismatch: CRC-32C is " + Hex32(crc) +
-                             ", header says " + Hex32(h.payload_crc) + " (corrupted data)");
+        return DataLossError("token file '" + path + "': payload checksum mismatch: CRC-32C is " + Crc32cString(crc) +
+                             ", header says " + Crc32cString(h.payload_crc) + " (corrupted data)");
       }
     }
     ds->header_ = h;

@@ -8,6 +8,7 @@
 #include <bit>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -32,6 +33,30 @@ constexpr int64_t DTypeSize(DType t) {
 // Floating-point (f32, f64, bf16) / integer (i32, i64) dtypes.
 constexpr bool IsFloatDType(DType t) { return t == DType::kF32 || t == DType::kF64 || t == DType::kBF16; }
 constexpr bool IsIntDType(DType t) { return t == DType::kI32 || t == DType::kI64; }
+
+// The dtype's code in meshflow's files (record shards, checkpoint metadata): 0 f32, 1 f64, 2 bf16,
+// 3 i32, 4 i64. Files depend on these values: never renumber, only append.
+constexpr uint8_t DTypeFileCode(DType t) {
+  switch (t) {
+    case DType::kF32: return 0;
+    case DType::kF64: return 1;
+    case DType::kBF16: return 2;
+    case DType::kI32: return 3;
+    case DType::kI64: return 4;
+  }
+  return 255;
+}
+// The dtype of a file code; nullopt for a code no dtype has (a corrupted or newer file).
+constexpr std::optional<DType> DTypeFromFileCode(uint64_t code) {
+  switch (code) {
+    case 0: return DType::kF32;
+    case 1: return DType::kF64;
+    case 2: return DType::kBF16;
+    case 3: return DType::kI32;
+    case 4: return DType::kI64;
+    default: return std::nullopt;
+  }
+}
 
 // "f32", "f64", "bf16", "i32", "i64".
 std::string_view DTypeName(DType t);

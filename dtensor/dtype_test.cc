@@ -18,6 +18,19 @@ using ::testing::HasSubstr;
 
 constexpr DType kAllDTypes[] = {DType::kF32, DType::kF64, DType::kBF16, DType::kI32, DType::kI64};
 
+TEST(DTypeTest, FileCodesAreStableAndRoundTrip) {
+  // Files on disk depend on these numbers.
+  EXPECT_EQ(DTypeFileCode(DType::kF32), 0);
+  EXPECT_EQ(DTypeFileCode(DType::kF64), 1);
+  EXPECT_EQ(DTypeFileCode(DType::kBF16), 2);
+  EXPECT_EQ(DTypeFileCode(DType::kI32), 3);
+  EXPECT_EQ(DTypeFileCode(DType::kI64), 4);
+  for (DType t : kAllDTypes) EXPECT_EQ(DTypeFromFileCode(DTypeFileCode(t)), t);
+  EXPECT_EQ(DTypeFromFileCode(5), std::nullopt);
+  EXPECT_EQ(DTypeFromFileCode(255), std::nullopt);
+  EXPECT_EQ(DTypeFromFileCode(uint64_t{1} << 32), std::nullopt);
+}
+
 TEST(DTypeTest, SizesAndNames) {
   EXPECT_EQ(DTypeSize(DType::kF32), 4);
   EXPECT_EQ(DTypeSize(DType::kF64), 8);

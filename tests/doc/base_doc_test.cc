@@ -1,5 +1,5 @@
-// Every example in base/status.h, base/checksum.h, base/parse.h, base/strings.h, base/cli.h and
-// base/hash.h is compiled here; keep them identical.
+// Every example in base/status.h, base/checksum.h, base/parse.h, base/strings.h, base/cli.h,
+// base/hash.h and base/byte_io.h is compiled here; keep them identical.
 #include <cstddef>
 #include <cstdio>
 #include <cstdint>
@@ -13,6 +13,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "meshflow/base/byte_io.h"
 #include "meshflow/base/checksum.h"
 #include "meshflow/base/cli.h"
 #include "meshflow/base/hash.h"
@@ -142,6 +143,21 @@ TEST(HashDocTest, Example) {
   EXPECT_EQ(HashExample({2, 3}), want);
   EXPECT_NE(HashExample({2, 3}), HashExample({3, 2}));  // order matters
   EXPECT_NE(HashExample({2, 3}), HashExample({2, 3, 1}));
+}
+
+// base/byte_io.h
+TEST(ByteIoDocTest, HeaderExample) {
+  std::byte header[12];
+  StoreLe<uint32_t>(header, 7);
+  StoreLe<int64_t>(header + 4, -2);
+  uint32_t version = LoadLe<uint32_t>(header);        // 7
+  int64_t size = LoadLe<int64_t>(header + 4);         // -2
+  std::string out;
+  AppendLe<uint16_t>(out, 0x0102);                    // out == "\x02\x01"
+
+  EXPECT_EQ(version, 7u);
+  EXPECT_EQ(size, -2);
+  EXPECT_EQ(out, "\x02\x01");
 }
 
 }  // namespace
