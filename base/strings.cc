@@ -17,10 +17,22 @@ std::string ListOf(std::span<const T> v) {
   return s + "]";
 }
 
+template <typename T>
+std::string ElidedListOf(std::span<const T> v, size_t max_items) {
+  if (v.size() <= max_items || max_items < 2) return ListOf(v);
+  const size_t head = (max_items + 1) / 2, tail = max_items / 2;
+  std::string s = ListOf(v.first(head));
+  s.pop_back();
+  std::string t = ListOf(v.last(tail));
+  return s + ",..." + t.replace(0, 1, ",") + " (" + std::to_string(v.size()) + " entries)";
+}
+
 }  // namespace
 
 std::string ListString(std::span<const int> v) { return ListOf(v); }
 std::string ListString(std::span<const int64_t> v) { return ListOf(v); }
+std::string ElidedListString(std::span<const int> v, size_t max_items) { return ElidedListOf(v, max_items); }
+std::string ElidedListString(std::span<const int64_t> v, size_t max_items) { return ElidedListOf(v, max_items); }
 
 std::string DoubleString(double v) {
   if (std::isnan(v)) return "nan";

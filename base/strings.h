@@ -2,12 +2,14 @@
 //
 //   ListString(std::vector<int64_t>{5, 2})   -> "[5,2]"
 //   ListString(std::vector<int>{})           -> "[]"
+//   ElidedListString(ranks_0_to_99, 4)       -> "[0,1,...,98,99] (100 entries)"
 //   DoubleString(0.1)                        -> "0.1"
 //   DoubleString(1e6)                        -> "1e+06"
 //   FixedString(2.345, 1)                    -> "2.3"
 #ifndef MESHFLOW_BASE_STRINGS_H_
 #define MESHFLOW_BASE_STRINGS_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -17,6 +19,10 @@ namespace meshflow {
 // "[1,2,3]": shapes, dims, permutations and rank lists in messages.
 std::string ListString(std::span<const int> v);
 std::string ListString(std::span<const int64_t> v);
+// ListString for lists that can be as long as the world (rank lists, per-rank counts): at most
+// max_items entries, the first and last halves around "...", then the length.
+std::string ElidedListString(std::span<const int> v, size_t max_items = 16);
+std::string ElidedListString(std::span<const int64_t> v, size_t max_items = 16);
 // The shortest text that parses back to the same double ("0.001", "-1", "1e+06", "inf", "-inf";
 // every NaN is "nan"): numbers in messages and in round-tripping printers.
 std::string DoubleString(double v);

@@ -39,5 +39,17 @@ TEST(ListStringTest, Formats) {
   EXPECT_EQ(ListString(std::vector<int64_t>{5, INT64_MAX}), "[5,9223372036854775807]");
 }
 
+TEST(StringsTest, ElidedListStringKeepsBothEndsAndTheLength) {
+  std::vector<int> v(100);
+  for (int i = 0; i < 100; ++i) v[static_cast<size_t>(i)] = i;
+  EXPECT_EQ(ElidedListString(v, 4), "[0,1,...,98,99] (100 entries)");
+  EXPECT_EQ(ElidedListString(v, 5), "[0,1,2,...,98,99] (100 entries)");
+  EXPECT_EQ(ElidedListString(std::span<const int>(v).first(4), 4), "[0,1,2,3]");
+  const std::vector<int64_t> w = {7, 8, 9};
+  EXPECT_EQ(ElidedListString(w, 2), "[7,...,9] (3 entries)");
+  EXPECT_EQ(ElidedListString(w), "[7,8,9]");
+  EXPECT_EQ(ElidedListString(std::vector<int>{}), "[]");
+}
+
 }  // namespace
 }  // namespace meshflow

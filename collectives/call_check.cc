@@ -37,7 +37,7 @@ const char* CollectiveKindName(CollectiveKind k) {
 
 
 std::string CallSite::Describe() const {
-  return std::string(prefix) + std::string(what) + " on group " + ListString(world_ranks) + " (world ranks)";
+  return std::string(prefix) + std::string(what) + " on group " + ElidedListString(world_ranks) + " (world ranks)";
 }
 
 std::string CallSite::RankName(int r) const {
@@ -191,10 +191,10 @@ Status CheckCallsMatch(const CallSite& site, int n, const std::function<const Co
       return mismatch(r, "count", std::to_string(c0.count), std::to_string(c.count));
     }
     if (k == CollectiveKind::kAllGather && c.counts != c0.counts) {
-      return mismatch(r, "recv_counts", ListString(c0.counts), ListString(c.counts));
+      return mismatch(r, "recv_counts", ElidedListString(c0.counts), ElidedListString(c.counts));
     }
     if (k == CollectiveKind::kReduceScatter && c.counts != c0.counts) {
-      return mismatch(r, "counts", ListString(c0.counts), ListString(c.counts));
+      return mismatch(r, "counts", ElidedListString(c0.counts), ElidedListString(c.counts));
     }
   }
   if (k == CollectiveKind::kAllToAll) {

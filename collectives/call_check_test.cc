@@ -26,6 +26,17 @@ TEST(CallCheckTest, Names) {
   EXPECT_EQ(ListString(std::vector<int>{1, -2}), "[1,-2]");
 }
 
+TEST(CallCheckTest, LargeGroupsAreElidedSoTheCauseStaysNearTheStart) {
+  std::vector<int> world(2048);
+  for (int i = 0; i < 2048; ++i) world[static_cast<size_t>(i)] = i;
+  const CallSite site{"x ", "all_gather", world, 3};
+  const std::vector<int64_t> counts(2047, 1);
+  const Status s = CheckCounts(site, "recv_counts", counts);
+  EXPECT_EQ(s.message(),
+            "x all_gather on group [0,1,2,3,4,5,6,7,...,2040,2041,2042,2043,2044,2045,2046,2047] (2048 entries) "
+            "(world ranks): recv_counts has 2047 entries, expected the group size 2048");
+}
+
 TEST(CallCheckTest, Arguments) {
   const CallSite site = Site("all_gather", 1);
   const std::vector<int64_t> ok = {1, 2, 3}, two = {1, 1}, neg = {1, -4, 1};

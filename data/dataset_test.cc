@@ -510,6 +510,9 @@ TEST(TokenFile, TruncatedAfterOpenIsAnError) {
   EXPECT_EQ(s.code(), StatusCode::kDataLoss);
   EXPECT_TRUE(Contains(s.message(), "truncated after open")) << s;
   EXPECT_TRUE(Contains(s.message(), path)) << s;
+  // The read starts past the new end: the message gives the file's size, not the read offset.
+  EXPECT_TRUE(Contains(s.message(), "has 4096 bytes now")) << s;
+  EXPECT_TRUE(Contains(s.message(), "had 120064 bytes at open")) << s;
 }
 
 TEST(RecordShards, TruncatedAfterOpenIsAnError) {

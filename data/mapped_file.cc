@@ -53,12 +53,13 @@ Status RandomAccessFile::ReadAt(uint64_t offset, std::span<std::byte> dst) const
                               " from '" + path_ + "' failed: " + std::strerror(errno));
     }
     if (got == 0) {
+      // The end is the file's size now, not where this read stopped (a read can start past it).
       struct stat st {};
-      const std::string now = ::fstat(fd_, &st) == 0 ? std::to_string(st.st_size) : "?";
-      return DataLossError("file '" + path_ + "' ends at byte " + std::to_string(offset + done) + ", reading bytes [" +
-                           std::to_string(offset) + ", " + std::to_string(offset + dst.size()) + "); it had " +
-                           std::to_string(size_) + " bytes at open and has " + now +
-                           " now (truncated after open?)");
+      const std::string now = ::fstat(fd_, &st) == 0 ? std::to_string(st.st_size) : "an unknown number of";
+      return DataLossError("file '" + path_ + "' ended before byte " + std::to_string(offset + done) +
+                           " while reading bytes [" + std::to_string(offset) + ", " +
+                           std::to_string(offset + dst.size()) + "): it had " + std::to_string(size_) +
+                           " bytes at open and has " + now + " bytes now (truncated after open?)");
     }
     done += static_cast<size_t>(got);
   }

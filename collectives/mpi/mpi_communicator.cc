@@ -401,7 +401,7 @@ StatusOr<std::shared_ptr<MpiCommunicator>> MpiCommunicator::Create(MPI_Comm comm
   int64_t longest = g_longest_timeout_ms.load();
   while (opts.timeout.count() > longest && !g_longest_timeout_ms.compare_exchange_weak(longest, opts.timeout.count())) {
   }
-  const std::string where = "mpi create (duplicating the communicator of world ranks " + ListString(parent_world) + ")";
+  const std::string where = "mpi create (duplicating the communicator of world ranks " + ElidedListString(parent_world) + ")";
   MPI_Comm dup = MPI_COMM_NULL;
   MPI_Request req = MPI_REQUEST_NULL;
   MF_RETURN_IF_ERROR(CheckMpi(MPI_Comm_idup(comm, &dup, &req), "MPI_Comm_idup", where));
@@ -526,8 +526,8 @@ Status MpiCommunicator::ExchangeHeaders(Call& call, Header& mine, const CallerSi
                                    RankName(rank_) + ": every member arrived but its header could not be delivered");
     }
     return DeadlineExceededError(Describe(call.what()) + ": timed out after " + call.TimeoutString() + " (waiting at " +
-                                 RankName(rank_) + "); group ranks " + ListString(missing) + " (world ranks " +
-                                 ListString(missing_world) + ") did not arrive");
+                                 RankName(rank_) + "); group ranks " + ElidedListString(missing) + " (world ranks " +
+                                 ElidedListString(missing_world) + ") did not arrive");
   }
   std::vector<Header> headers(static_cast<size_t>(n), Header(CollectiveKind::kBarrier, n));
   for (int q = 0; q < n; ++q)

@@ -198,8 +198,8 @@ class GroupState {
       }
     }
     broken_ = DeadlineExceededError(Describe(what) + ": timed out after " + std::to_string(timeout_.count()) +
-                                    " ms (waiting at " + RankName(rank) + "); group ranks " + ListString(missing) +
-                                    " (world ranks " + ListString(missing_world) + ") did not arrive");
+                                    " ms (waiting at " + RankName(rank) + "); group ranks " + ElidedListString(missing) +
+                                    " (world ranks " + ElidedListString(missing_world) + ") did not arrive");
     cv_.notify_all();
     monitor_->Fail();
     return broken_;
@@ -920,7 +920,7 @@ Status ThreadWorld::Run(std::function<Status(Communicator& world_comm)> fn) {
   }
   if (stuck.empty()) return Status();
   broken_ = DeadlineExceededError(
-      "ThreadWorld::Run: " + (stuck.size() > 1 ? "ranks " + ListString(stuck) : "rank " + std::to_string(stuck[0])) +
+      "ThreadWorld::Run: " + (stuck.size() > 1 ? "ranks " + ElidedListString(stuck) : "rank " + std::to_string(stuck[0])) +
       " did not return within " + std::to_string(options_.timeout.count()) +
       " ms after the run failed (stuck outside the library, e.g. in user code); " +
       (stuck.size() > 1 ? "their threads are" : "its thread is") +

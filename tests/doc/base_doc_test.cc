@@ -92,6 +92,9 @@ TEST(ParseDocTest, Example) { EXPECT_EQ(ParseExample(), Status::Ok()); }
 TEST(StringsDocTest, ListString) {
   EXPECT_EQ(ListString(std::vector<int64_t>{5, 2}), "[5,2]");
   EXPECT_EQ(ListString(std::vector<int>{}), "[]");
+  std::vector<int> ranks_0_to_99(100);
+  for (int i = 0; i < 100; ++i) ranks_0_to_99[static_cast<size_t>(i)] = i;
+  EXPECT_EQ(ElidedListString(ranks_0_to_99, 4), "[0,1,...,98,99] (100 entries)");
 }
 
 // base/cli.h. The example's lines come from two kinds of functions: a main() (returns an exit
