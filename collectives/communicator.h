@@ -48,13 +48,16 @@
 namespace meshflow {
 
 // The file and line of a call, captured at the call site by a default argument written as
-// `CallerSite where = CallerSite::Here(__builtin_FILE(), __builtin_LINE())` (GCC and Clang
-// evaluate these builtins where the defaulted call is made). Not std::source_location: clang 14
-// (the fuzz build) cannot compile libstdc++ 12's <source_location>.
+// `CallerSite where = CallerSite::Current()`: Current's own defaults (__builtin_FILE and
+// __builtin_LINE) are evaluated where the outer defaulted call is made, as for
+// std::source_location::current() (GCC and Clang). Not std::source_location: clang 14 (the fuzz
+// build) cannot compile libstdc++ 12's <source_location>.
 struct CallerSite {
   const char* file = "";
   unsigned line = 0;
-  static constexpr CallerSite Here(const char* file, unsigned line) { return CallerSite{file, line}; }
+  static constexpr CallerSite Current(const char* file = __builtin_FILE(), unsigned line = __builtin_LINE()) {
+    return CallerSite{file, line};
+  }
   constexpr const char* file_name() const { return file; }
 };
 
@@ -119,19 +122,19 @@ class Communicator {
   // Errors: recv_counts.size() != size(), send_count != recv_counts[rank()].
   virtual Status AllGatherV(const void* send, int64_t send_count, void* recv,
                             std::span<const int64_t> recv_counts, DType dtype,
-                            CallerSite where = CallerSite::Here(__builtin_FILE(), __builtin_LINE())) = 0;
+                            CallerSite where = CallerSite::Current()) = 0;
   // send holds sum(counts) elements, block r being counts[r] long; rank r receives the reduction
   // over all ranks of block r (counts[rank()] elements).
   virtual Status ReduceScatterV(const void* send, std::span<const int64_t> counts, void* recv, DType dtype,
-                                ReduceOp op, CallerSite where = CallerSite::Here(__builtin_FILE(), __builtin_LINE())) = 0;
+                                ReduceOp op, CallerSite where = CallerSite::Current()) = 0;
   // recv = reduction of every rank's send (count elements). send == recv is allowed (in place).
   virtual Status AllReduce(const void* send, void* recv, int64_t count, DType dtype, ReduceOp op,
-                           CallerSite where = CallerSite::Here(__builtin_FILE(), __builtin_LINE())) = 0;
+                           CallerSite where = CallerSite::Current()) = 0;
   // Rank r sends send_counts[s] elements (block s of send) to rank s; receives recv_counts[s]
   // elements from rank s into block s of recv. Counts must agree pairwise across ranks.
   virtual Status AllToAllV(const void* send, std::span<const int64_t> send_counts, void* recv,
                            std::span<const int64_t> recv_counts, DType dtype,
-                           CallerSite where = CallerSite::Here(__builtin_FILE(), __builtin_LINE())) = 0;
+                           CallerSite where = CallerSite::Current()) = 0;
   // AllToAllV on strided blocks: this rank sends send_blocks[s] of `send` to rank s and receives
   // the block from rank s into recv_blocks[s] of `recv` (counts: send_blocks[s].count() must equal
   // rank s's recv_blocks[me].count(), checked as AllToAllV's). Blocks of `recv` must not overlap
@@ -144,12 +147,12 @@ class Communicator {
   // with rows > 1.
   virtual Status AllToAllStrided(const void* send, std::span<const StridedBlock> send_blocks, void* recv,
                                  std::span<const StridedBlock> recv_blocks, DType dtype,
-                                 CallerSite where = CallerSite::Here(__builtin_FILE(), __builtin_LINE()));
+                                 CallerSite where = CallerSite::Current());
   virtual bool strided_all_to_all_is_direct() const { return false; }
   // buffer on `root` is copied to every rank's buffer.
   virtual Status Broadcast(void* buffer, int64_t count, DType dtype, int root,
-                           CallerSite where = CallerSite::Here(__builtin_FILE(), __builtin_LINE())) = 0;
-  virtual Status Barrier(CallerSite where = CallerSite::Here(__builtin_FILE(), __builtin_LINE())) = 0;
+                           CallerSite where = CallerSite::Current()) = 0;
+  virtual Status Barrier(CallerSite where = CallerSite::Current()) = 0;
   // Grouped point-to-point: all sends and receives of this call are posted together, so any
   // pattern (including cycles) completes. A send to self must match a receive from self.
   virtual Status SendRecv(std::span<const SendSpec> sends, std::span<const RecvSpec> recvs, DType dtype) = 0;
@@ -157,7 +160,7 @@ class Communicator {
   // Collective: members with the same color form a new communicator, ordered by (key, rank).
   // A negative color opts out (returns nullptr on that rank).
   virtual StatusOr<std::shared_ptr<Communicator>> Split(
-      int color, int key, CallerSite where = CallerSite::Here(__builtin_FILE(), __builtin_LINE())) = 0;
+      int color, int key, CallerSite where = CallerSite::Current()) = 0;
 
   // Counters of this world rank, summed over all communicators of this rank.
   virtual ByteCounters counters() const = 0;
@@ -171,30 +174,30 @@ class Communicator {
   // synchronization, no staging. Errors: the forms above's, and InvalidArgument for a stream on
   // another device.
   Status AllGatherV(const void* send, int64_t send_count, void* recv, std::span<const int64_t> recv_counts, DType dtype,
-                    Stream& stream, CallerSite where = CallerSite::Here(__builtin_FILE(), __builtin_LINE())) {
+                    Stream& stream, CallerSite where = CallerSite::Current()) {
     return AllGatherVOnStream(send, send_count, recv, recv_counts, dtype, stream, where);
   }
   Status ReduceScatterV(const void* send, std::span<const int64_t> counts, void* recv, DType dtype, ReduceOp op,
-                        Stream& stream, CallerSite where = CallerSite::Here(__builtin_FILE(), __builtin_LINE())) {
+                        Stream& stream, CallerSite where = CallerSite::Current()) {
     return ReduceScatterVOnStream(send, counts, recv, dtype, op, stream, where);
   }
   Status AllReduce(const void* send, void* recv, int64_t count, DType dtype, ReduceOp op, Stream& stream,
-                   CallerSite where = CallerSite::Here(__builtin_FILE(), __builtin_LINE())) {
+                   CallerSite where = CallerSite::Current()) {
     return AllReduceOnStream(send, recv, count, dtype, op, stream, where);
   }
   Status AllToAllV(const void* send, std::span<const int64_t> send_counts, void* recv,
                    std::span<const int64_t> recv_counts, DType dtype, Stream& stream,
-                   CallerSite where = CallerSite::Here(__builtin_FILE(), __builtin_LINE())) {
+                   CallerSite where = CallerSite::Current()) {
     return AllToAllVOnStream(send, send_counts, recv, recv_counts, dtype, stream, where);
   }
   Status AllToAllStrided(const void* send, std::span<const StridedBlock> send_blocks, void* recv,
                          std::span<const StridedBlock> recv_blocks, DType dtype, Stream& stream,
-                         CallerSite where = CallerSite::Here(__builtin_FILE(), __builtin_LINE())) {
+                         CallerSite where = CallerSite::Current()) {
     MF_RETURN_IF_ERROR(CheckStream(stream, "all_to_all (strided)"));
     return AllToAllStrided(send, send_blocks, recv, recv_blocks, dtype, where);
   }
   Status Broadcast(void* buffer, int64_t count, DType dtype, int root, Stream& stream,
-                   CallerSite where = CallerSite::Here(__builtin_FILE(), __builtin_LINE())) {
+                   CallerSite where = CallerSite::Current()) {
     return BroadcastOnStream(buffer, count, dtype, root, stream, where);
   }
   Status SendRecv(std::span<const SendSpec> sends, std::span<const RecvSpec> recvs, DType dtype, Stream& stream) {
@@ -203,17 +206,17 @@ class Communicator {
 
   // Even-size convenience forms.
   Status AllGather(const void* send, void* recv, int64_t count, DType dtype,
-                   CallerSite where = CallerSite::Here(__builtin_FILE(), __builtin_LINE())) {
+                   CallerSite where = CallerSite::Current()) {
     std::vector<int64_t> counts(static_cast<size_t>(size()), count);
     return AllGatherV(send, count, recv, counts, dtype, where);
   }
   Status ReduceScatter(const void* send, void* recv, int64_t count_per_rank, DType dtype, ReduceOp op,
-                       CallerSite where = CallerSite::Here(__builtin_FILE(), __builtin_LINE())) {
+                       CallerSite where = CallerSite::Current()) {
     std::vector<int64_t> counts(static_cast<size_t>(size()), count_per_rank);
     return ReduceScatterV(send, counts, recv, dtype, op, where);
   }
   Status AllToAll(const void* send, void* recv, int64_t count_per_rank, DType dtype,
-                  CallerSite where = CallerSite::Here(__builtin_FILE(), __builtin_LINE())) {
+                  CallerSite where = CallerSite::Current()) {
     std::vector<int64_t> counts(static_cast<size_t>(size()), count_per_rank);
     return AllToAllV(send, counts, recv, counts, dtype, where);
   }

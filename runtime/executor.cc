@@ -322,7 +322,7 @@ Status RunAllToAll(const PlanStep& step, const Env& env, Tensor& local) {
   };
   // One call site for either form: members whose pieces differ in shape may take different paths
   // (the threads backend matches a strided post with an AllToAllV post).
-  const CallerSite where = CallerSite::Here(__FILE__, __LINE__);
+  const CallerSite where = CallerSite::Current();
   if (g.comm->strided_all_to_all_is_direct()) {
     MF_ASSIGN_OR_RETURN(std::optional<Tensor> strided, AllToAllStridedIfPossible(env, *g.comm, local, send_pieces,
                                                                                   recv_pieces, from_box, to_box, where));

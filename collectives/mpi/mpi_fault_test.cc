@@ -50,7 +50,7 @@ int Main(int argc, char** argv) {
   // Every all_reduce sums rank numbers: the exact result is n(n-1)/2.
   const float expected = static_cast<float>(world.size() * (world.size() - 1) / 2);
   // `where` passes the caller's line on, so that each call of reduce is its own call site.
-  auto reduce = [&](const char* which, CallerSite where = CallerSite::Here(__builtin_FILE(), __builtin_LINE())) {
+  auto reduce = [&](const char* which, CallerSite where = CallerSite::Current()) {
     std::vector<float> y(1000, static_cast<float>(world.rank()));
     const Status st = world.AllReduce(y.data(), y.data(), 1000, DType::kF32, ReduceOp::kSum, where);
     if (!st.ok()) MpiAbort(st, 2);

@@ -155,21 +155,21 @@ class NcclCommunicator final : public Communicator {
   // ---- Communicator interface: host buffers, blocking (staged through the device; see above) ----
   // `where` (the call site) is not checked across ranks by this backend (no header exchange).
   Status AllGatherV(const void* send, int64_t send_count, void* recv, std::span<const int64_t> recv_counts,
-                    DType dtype, CallerSite where = CallerSite::Here(__builtin_FILE(), __builtin_LINE())) override;
+                    DType dtype, CallerSite where = CallerSite::Current()) override;
   Status ReduceScatterV(const void* send, std::span<const int64_t> counts, void* recv, DType dtype, ReduceOp op,
-                        CallerSite where = CallerSite::Here(__builtin_FILE(), __builtin_LINE())) override;
+                        CallerSite where = CallerSite::Current()) override;
   Status AllReduce(const void* send, void* recv, int64_t count, DType dtype, ReduceOp op,
-                   CallerSite where = CallerSite::Here(__builtin_FILE(), __builtin_LINE())) override;
+                   CallerSite where = CallerSite::Current()) override;
   Status AllToAllV(const void* send, std::span<const int64_t> send_counts, void* recv,
                    std::span<const int64_t> recv_counts, DType dtype,
-                   CallerSite where = CallerSite::Here(__builtin_FILE(), __builtin_LINE())) override;
+                   CallerSite where = CallerSite::Current()) override;
   Status Broadcast(void* buffer, int64_t count, DType dtype, int root,
-                   CallerSite where = CallerSite::Here(__builtin_FILE(), __builtin_LINE())) override;
-  Status Barrier(CallerSite where = CallerSite::Here(__builtin_FILE(), __builtin_LINE())) override;
+                   CallerSite where = CallerSite::Current()) override;
+  Status Barrier(CallerSite where = CallerSite::Current()) override;
   Status SendRecv(std::span<const SendSpec> sends, std::span<const RecvSpec> recvs, DType dtype) override;
   // The new communicator inherits this one's options and world state; it gets its own stream.
   StatusOr<std::shared_ptr<Communicator>> Split(int color, int key,
-                                                CallerSite where = CallerSite::Here(__builtin_FILE(), __builtin_LINE())) override;
+                                                CallerSite where = CallerSite::Current()) override;
 
   ByteCounters counters() const override;
   void ResetCounters() override;

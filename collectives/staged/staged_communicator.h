@@ -119,26 +119,26 @@ class StagedCommunicator final : public Communicator {
 
   // ---- Blocking forms: host buffers, forwarded to the wrapped communicator ----
   Status AllGatherV(const void* send, int64_t send_count, void* recv, std::span<const int64_t> recv_counts,
-                    DType dtype, CallerSite where = CallerSite::Here(__builtin_FILE(), __builtin_LINE())) override;
+                    DType dtype, CallerSite where = CallerSite::Current()) override;
   Status ReduceScatterV(const void* send, std::span<const int64_t> counts, void* recv, DType dtype, ReduceOp op,
-                        CallerSite where = CallerSite::Here(__builtin_FILE(), __builtin_LINE())) override;
+                        CallerSite where = CallerSite::Current()) override;
   Status AllReduce(const void* send, void* recv, int64_t count, DType dtype, ReduceOp op,
-                   CallerSite where = CallerSite::Here(__builtin_FILE(), __builtin_LINE())) override;
+                   CallerSite where = CallerSite::Current()) override;
   Status AllToAllV(const void* send, std::span<const int64_t> send_counts, void* recv,
                    std::span<const int64_t> recv_counts, DType dtype,
-                   CallerSite where = CallerSite::Here(__builtin_FILE(), __builtin_LINE())) override;
+                   CallerSite where = CallerSite::Current()) override;
   Status AllToAllStrided(const void* send, std::span<const StridedBlock> send_blocks, void* recv,
                          std::span<const StridedBlock> recv_blocks, DType dtype,
-                         CallerSite where = CallerSite::Here(__builtin_FILE(), __builtin_LINE())) override;
+                         CallerSite where = CallerSite::Current()) override;
   // False: see Limits in the file comment.
   bool strided_all_to_all_is_direct() const override { return false; }
   Status Broadcast(void* buffer, int64_t count, DType dtype, int root,
-                   CallerSite where = CallerSite::Here(__builtin_FILE(), __builtin_LINE())) override;
-  Status Barrier(CallerSite where = CallerSite::Here(__builtin_FILE(), __builtin_LINE())) override;
+                   CallerSite where = CallerSite::Current()) override;
+  Status Barrier(CallerSite where = CallerSite::Current()) override;
   Status SendRecv(std::span<const SendSpec> sends, std::span<const RecvSpec> recvs, DType dtype) override;
   // Splits the wrapped communicator and wraps the result (nullptr for a negative color).
   StatusOr<std::shared_ptr<Communicator>> Split(
-      int color, int key, CallerSite where = CallerSite::Here(__builtin_FILE(), __builtin_LINE())) override;
+      int color, int key, CallerSite where = CallerSite::Current()) override;
 
   ByteCounters counters() const override { return inner_->counters(); }
   void ResetCounters() override { inner_->ResetCounters(); }

@@ -378,7 +378,7 @@ Status StridedTranspose(Communicator& c, int64_t rows, int64_t cols, bool padded
       for (int64_t x = b; x < e; ++x) packed.push_back(send[static_cast<size_t>(r * cols + x)]);
     }
   }
-  const CallerSite where = CallerSite::Here(__FILE__, __LINE__);  // one call site for either form
+  const CallerSite where = CallerSite::Current();  // one call site for either form
   if (dense_peer && !padded) {
     MF_RETURN_IF_ERROR(c.AllToAllV(packed.data(), sc, recv.data(), rc, DType::kI32, where));
   } else {
@@ -1085,7 +1085,7 @@ TEST(ThreadWorldTest, AbortReachesSubGroupsAndPointToPoint) {
 }
 
 // The file name as CallerSite spells it in this test.
-std::string ThisFile() { return CallerSite::Here(__builtin_FILE(), __builtin_LINE()).file_name(); }
+std::string ThisFile() { return CallerSite::Current().file_name(); }
 
 TEST(ThreadWorldTest, ASkippedAllReduceFailsEveryRankBeforeDataIsUsed) {
   auto world = MakeWorld(3, milliseconds(20000));  // the check must not need the timeout
