@@ -23,6 +23,7 @@
 #include <cstring>
 #include <vector>
 
+#include "meshflow/base/lcg.h"
 #include "meshflow/bench/memcpy_bandwidth.h"
 #include "meshflow/dtensor/tensor.h"
 #include "meshflow/ops/blas.h"
@@ -34,11 +35,8 @@ namespace {
 Tensor Random(std::vector<int64_t> shape, uint32_t seed) {
   Tensor t = Tensor::Zeros(DType::kF32, std::move(shape));
   auto p = t.data<float>();
-  uint32_t s = seed;
-  for (float& x : p) {
-    s = s * 1664525u + 1013904223u;
-    x = static_cast<float>(s >> 8) / static_cast<float>(1 << 24) - 0.5f;
-  }
+  Lcg32 g(seed);
+  for (float& x : p) x = static_cast<float>(g.Next24()) / static_cast<float>(1 << 24) - 0.5f;
   return t;
 }
 

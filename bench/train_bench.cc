@@ -44,6 +44,7 @@
 
 #include "meshflow/autograd/functions.h"
 #include "meshflow/autograd/variable.h"
+#include "meshflow/base/lcg.h"
 #include "meshflow/runtime/rank_context.h"
 #include "meshflow/collectives/threads/threads_world.h"
 #include "meshflow/dtensor/dtensor.h"
@@ -75,11 +76,8 @@ int g_ranks = 4;  // ranks of the multi-rank plans
 
 Tensor Values(std::vector<int64_t> shape, uint32_t seed, double scale) {
   Tensor t = Tensor::Zeros(DType::kF32, std::move(shape));
-  uint32_t s = seed * 2654435761u + 7u;
-  for (int64_t i = 0; i < t.NumElements(); ++i) {
-    s = s * 1664525u + 1013904223u;
-    t.SetFromDouble(i, scale * (static_cast<double>(s >> 8) / static_cast<double>(1u << 24) * 2.0 - 1.0));
-  }
+  Lcg32 g = Lcg32::Seeded(seed, 7);
+  for (int64_t i = 0; i < t.NumElements(); ++i) t.SetFromDouble(i, scale * g.NextSymmetric());
   return t;
 }
 
@@ -234,10 +232,9 @@ StatusOr<StepFn> Gpt1(int plan_index, int world, Communicator& comm, std::shared
   std::shared_ptr<Optimizer> opt = std::move(opt_u);
   // A fixed batch of token windows [16, 65], sharded over the plan's dp dims.
   Tensor tokens = Tensor::Zeros(DType::kI32, {kGptBatch, cfg.seq_len + 1});
-  uint32_t s = 12345;
+  Lcg32 g(12345);
   for (int64_t i = 0; i < tokens.NumElements(); ++i) {
-    s = s * 1664525u + 1013904223u;
-    tokens.SetFromDouble(i, static_cast<double>((s >> 8) % static_cast<uint32_t>(cfg.vocab)));
+    tokens.SetFromDouble(i, static_cast<double>(g.Next24() % static_cast<uint32_t>(cfg.vocab)));
   }
   Placements batch_p;
   for (const std::string& name : spec.names) {

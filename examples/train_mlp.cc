@@ -36,6 +36,7 @@
 #include "meshflow/autograd/functions.h"
 #include "meshflow/autograd/variable.h"
 #include "meshflow/base/cli.h"
+#include "meshflow/base/lcg.h"
 #include "meshflow/base/parse.h"
 #include "meshflow/runtime/redistribute.h"
 #include "meshflow/runtime/rank_context.h"
@@ -77,11 +78,8 @@ const std::vector<int64_t> kParamShapes[] = {{kIn, kHidden}, {kHidden}, {kHidden
 // Deterministic pseudo-random values in [-scale, scale].
 Tensor Values(std::vector<int64_t> shape, uint32_t seed, double scale) {
   Tensor t = Tensor::Zeros(DType::kF32, std::move(shape));
-  uint32_t s = seed * 2654435761u + 12345u;
-  for (int64_t i = 0; i < t.NumElements(); ++i) {
-    s = s * 1664525u + 1013904223u;
-    t.SetFromDouble(i, scale * (static_cast<double>(s >> 8) / static_cast<double>(1u << 24) * 2.0 - 1.0));
-  }
+  Lcg32 g = Lcg32::Seeded(seed, 12345);
+  for (int64_t i = 0; i < t.NumElements(); ++i) t.SetFromDouble(i, scale * g.NextSymmetric());
   return t;
 }
 

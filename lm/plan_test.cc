@@ -7,6 +7,7 @@
 
 #include "gtest/gtest.h"
 #include "meshflow/autograd/variable.h"
+#include "meshflow/base/lcg.h"
 #include "meshflow/runtime/redistribute.h"
 #include "meshflow/collectives/threads/threads_world.h"
 #include "meshflow/lm/gpt.h"
@@ -63,11 +64,8 @@ GptConfig Tiny() {
 
 Tensor Batch() {
   Tensor t = Tensor::Zeros(DType::kI32, {4, 9});
-  uint32_t s = 12345;
-  for (int64_t i = 0; i < t.NumElements(); ++i) {
-    s = s * 1664525u + 1013904223u;
-    t.SetFromDouble(i, static_cast<double>((s >> 8) % 16));
-  }
+  Lcg32 g(12345);
+  for (int64_t i = 0; i < t.NumElements(); ++i) t.SetFromDouble(i, static_cast<double>(g.Next24() % 16));
   return t;
 }
 

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "meshflow/base/lcg.h"
 #include "meshflow/collectives/threads/threads_world.h"
 #include "meshflow/dtensor/tensor.h"
 
@@ -36,11 +37,8 @@ inline Tensor GlobalFor(DType dtype, const std::vector<int64_t>& shape, int seed
 // initializations of the training tests).
 inline Tensor UniformValues(std::vector<int64_t> shape, uint32_t seed, double scale) {
   Tensor t = Tensor::Zeros(DType::kF32, std::move(shape));
-  uint32_t s = seed * 2654435761u + 7u;
-  for (int64_t i = 0; i < t.NumElements(); ++i) {
-    s = s * 1664525u + 1013904223u;
-    t.SetFromDouble(i, scale * (static_cast<double>(s >> 8) / static_cast<double>(1u << 24) * 2.0 - 1.0));
-  }
+  Lcg32 g = Lcg32::Seeded(seed, 7);
+  for (int64_t i = 0; i < t.NumElements(); ++i) t.SetFromDouble(i, scale * g.NextSymmetric());
   return t;
 }
 

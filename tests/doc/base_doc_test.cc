@@ -1,5 +1,5 @@
 // Every example in base/status.h, base/checksum.h, base/parse.h, base/strings.h, base/cli.h,
-// base/hash.h and base/byte_io.h is compiled here; keep them identical.
+// base/hash.h, base/byte_io.h and base/lcg.h is compiled here; keep them identical.
 #include <cstddef>
 #include <cstdio>
 #include <cstdint>
@@ -17,6 +17,7 @@
 #include "meshflow/base/checksum.h"
 #include "meshflow/base/cli.h"
 #include "meshflow/base/hash.h"
+#include "meshflow/base/lcg.h"
 #include "meshflow/base/parse.h"
 #include "meshflow/base/status.h"
 #include "meshflow/base/strings.h"
@@ -161,6 +162,17 @@ TEST(ByteIoDocTest, HeaderExample) {
   EXPECT_EQ(version, 7u);
   EXPECT_EQ(size, -2);
   EXPECT_EQ(out, "\x02\x01");
+}
+
+// base/lcg.h
+TEST(Lcg32DocTest, HeaderExample) {
+  Lcg32 g = Lcg32::Seeded(3, 7);
+  uint32_t token = g.Next24() % 16;      // an integer in [0, 16)
+  double w = 0.1 * g.NextSymmetric();    // a value in [-0.1, 0.1)
+
+  EXPECT_LT(token, 16u);
+  EXPECT_GE(w, -0.1);
+  EXPECT_LT(w, 0.1);
 }
 
 }  // namespace
