@@ -34,6 +34,13 @@ namespace meshflow {
 
 // Collective: every rank of the mesh calls it with its part of the same DTensor. Errors: target
 // on another mesh or shape; planner errors (e.g. Partial -> other Partial); communicator errors.
+//
+// Into a target with Partial dims, only the reduction of the local parts over those dims is
+// defined: which rank holds which part depends on the plan chosen (its cost model, the topology,
+// the planner). S(0) -> P(sum) on a 2-rank dim, for example, keeps each shard in place with zeros
+// elsewhere (local_shard_to_partial), while a plan through Replicate would put the whole tensor on
+// coordinate 0 (local_partial). Code may rely on FullTensor or a later reduction of the result,
+// never on one rank's Partial local part.
 StatusOr<DTensor> Redistribute(const DTensor& x, const Layout& target, RankContext& ctx,
                                const RedistributeOptions& options = {});
 
