@@ -153,6 +153,17 @@ StatusOr<DTensor> Run2(const OpSpec& op, const DTensor& a, const DTensor& b, Ran
   const DTensor* in[2] = {&a, &b};
   return RunOp(op, in, ctx);
 }
+// An element-wise op's spec is built once per op (a function-local static per instantiation).
+template <UnaryOp kUnary>
+StatusOr<DTensor> RunUnary(const DTensor& x, RankContext& ctx) {
+  static const OpSpec kOp = OpSpec::Unary(kUnary);
+  return Run1(kOp, x, ctx);
+}
+template <BinaryOp kBinary>
+StatusOr<DTensor> RunBinary(const DTensor& a, const DTensor& b, RankContext& ctx) {
+  static const OpSpec kOp = OpSpec::Binary(kBinary);
+  return Run2(kOp, a, b, ctx);
+}
 }  // namespace
 
 StatusOr<DTensor> Matmul(const DTensor& a, const DTensor& b, RankContext& ctx) {
@@ -160,40 +171,24 @@ StatusOr<DTensor> Matmul(const DTensor& a, const DTensor& b, RankContext& ctx) {
   return Run2(kOp, a, b, ctx);
 }
 StatusOr<DTensor> Add(const DTensor& a, const DTensor& b, RankContext& ctx) {
-  static const OpSpec kOp = OpSpec::Binary(BinaryOp::kAdd);
-  return Run2(kOp, a, b, ctx);
+  return RunBinary<BinaryOp::kAdd>(a, b, ctx);
 }
 StatusOr<DTensor> Sub(const DTensor& a, const DTensor& b, RankContext& ctx) {
-  static const OpSpec kOp = OpSpec::Binary(BinaryOp::kSub);
-  return Run2(kOp, a, b, ctx);
+  return RunBinary<BinaryOp::kSub>(a, b, ctx);
 }
 StatusOr<DTensor> Mul(const DTensor& a, const DTensor& b, RankContext& ctx) {
-  static const OpSpec kOp = OpSpec::Binary(BinaryOp::kMul);
-  return Run2(kOp, a, b, ctx);
+  return RunBinary<BinaryOp::kMul>(a, b, ctx);
 }
 StatusOr<DTensor> Div(const DTensor& a, const DTensor& b, RankContext& ctx) {
-  static const OpSpec kOp = OpSpec::Binary(BinaryOp::kDiv);
-  return Run2(kOp, a, b, ctx);
+  return RunBinary<BinaryOp::kDiv>(a, b, ctx);
 }
-StatusOr<DTensor> Neg(const DTensor& x, RankContext& ctx) {
-  static const OpSpec kOp = OpSpec::Unary(UnaryOp::kNeg);
-  return Run1(kOp, x, ctx);
-}
+StatusOr<DTensor> Neg(const DTensor& x, RankContext& ctx) { return RunUnary<UnaryOp::kNeg>(x, ctx); }
 StatusOr<DTensor> Scale(const DTensor& x, double alpha, RankContext& ctx) {
   return Run1(OpSpec::Unary(UnaryOp::kScale, alpha), x, ctx);
 }
-StatusOr<DTensor> Relu(const DTensor& x, RankContext& ctx) {
-  static const OpSpec kOp = OpSpec::Unary(UnaryOp::kRelu);
-  return Run1(kOp, x, ctx);
-}
-StatusOr<DTensor> Exp(const DTensor& x, RankContext& ctx) {
-  static const OpSpec kOp = OpSpec::Unary(UnaryOp::kExp);
-  return Run1(kOp, x, ctx);
-}
-StatusOr<DTensor> Gelu(const DTensor& x, RankContext& ctx) {
-  static const OpSpec kOp = OpSpec::Unary(UnaryOp::kGelu);
-  return Run1(kOp, x, ctx);
-}
+StatusOr<DTensor> Relu(const DTensor& x, RankContext& ctx) { return RunUnary<UnaryOp::kRelu>(x, ctx); }
+StatusOr<DTensor> Exp(const DTensor& x, RankContext& ctx) { return RunUnary<UnaryOp::kExp>(x, ctx); }
+StatusOr<DTensor> Gelu(const DTensor& x, RankContext& ctx) { return RunUnary<UnaryOp::kGelu>(x, ctx); }
 StatusOr<DTensor> Sum(const DTensor& x, std::vector<int> dims, bool keepdim, RankContext& ctx) {
   return Run1(OpSpec::Reduce(ReduceKind::kSum, std::move(dims), keepdim), x, ctx);
 }
@@ -250,30 +245,12 @@ StatusOr<DTensor> CrossEntropy(const DTensor& logits, const DTensor& targets, Lo
                                RankContext& ctx) {
   return Run2(OpSpec::CrossEntropy(reduction), logits, targets, ctx);
 }
-StatusOr<DTensor> Tanh(const DTensor& x, RankContext& ctx) {
-  static const OpSpec kOp = OpSpec::Unary(UnaryOp::kTanh);
-  return Run1(kOp, x, ctx);
-}
-StatusOr<DTensor> Sigmoid(const DTensor& x, RankContext& ctx) {
-  static const OpSpec kOp = OpSpec::Unary(UnaryOp::kSigmoid);
-  return Run1(kOp, x, ctx);
-}
-StatusOr<DTensor> Silu(const DTensor& x, RankContext& ctx) {
-  static const OpSpec kOp = OpSpec::Unary(UnaryOp::kSilu);
-  return Run1(kOp, x, ctx);
-}
-StatusOr<DTensor> Sqrt(const DTensor& x, RankContext& ctx) {
-  static const OpSpec kOp = OpSpec::Unary(UnaryOp::kSqrt);
-  return Run1(kOp, x, ctx);
-}
-StatusOr<DTensor> Rsqrt(const DTensor& x, RankContext& ctx) {
-  static const OpSpec kOp = OpSpec::Unary(UnaryOp::kRsqrt);
-  return Run1(kOp, x, ctx);
-}
-StatusOr<DTensor> Log(const DTensor& x, RankContext& ctx) {
-  static const OpSpec kOp = OpSpec::Unary(UnaryOp::kLog);
-  return Run1(kOp, x, ctx);
-}
+StatusOr<DTensor> Tanh(const DTensor& x, RankContext& ctx) { return RunUnary<UnaryOp::kTanh>(x, ctx); }
+StatusOr<DTensor> Sigmoid(const DTensor& x, RankContext& ctx) { return RunUnary<UnaryOp::kSigmoid>(x, ctx); }
+StatusOr<DTensor> Silu(const DTensor& x, RankContext& ctx) { return RunUnary<UnaryOp::kSilu>(x, ctx); }
+StatusOr<DTensor> Sqrt(const DTensor& x, RankContext& ctx) { return RunUnary<UnaryOp::kSqrt>(x, ctx); }
+StatusOr<DTensor> Rsqrt(const DTensor& x, RankContext& ctx) { return RunUnary<UnaryOp::kRsqrt>(x, ctx); }
+StatusOr<DTensor> Log(const DTensor& x, RankContext& ctx) { return RunUnary<UnaryOp::kLog>(x, ctx); }
 StatusOr<DTensor> Pow(const DTensor& x, double exponent, RankContext& ctx) {
   return Run1(OpSpec::Unary(UnaryOp::kPow, exponent), x, ctx);
 }

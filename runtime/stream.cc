@@ -80,9 +80,43 @@ class StreamBook {
 };
 
 // One worker thread running a FIFO of items: work, event completions and event waits.
-class HostStream final : public Stream {
+// What both host streams share: the name, the first error (under mu_, which the worker-thread
+// stream also uses for its queue) and the timeline book.
+class HostStreamBase : public Stream {
  public:
-  HostStream(std::string name, Device device) : name_(std::move(name)), device_(device) {
+  explicit HostStreamBase(std::string name) : name_(std::move(name)) {}
+
+  const std::string& name() const override { return name_; }
+  Status status() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return error_;
+  }
+  void set_record_timeline(bool on) override { book_.set_record(on); }
+  std::vector<StreamRecord> TakeTimeline() override { return book_.Take(); }
+  StreamStats stats() const override { return book_.stats(); }
+
+ protected:
+  // Keeps the first error, naming the stream; mu_ held.
+  void KeepFirstErrorLocked(const Status& s) {
+    if (!s.ok() && error_.ok()) error_ = s.WithContext("stream '" + name_ + "'");
+  }
+  // KeepFirstErrorLocked under the lock; returns the stream's error (OK when s is OK).
+  Status Fail(Status s) {
+    if (s.ok()) return s;
+    std::lock_guard<std::mutex> lock(mu_);
+    KeepFirstErrorLocked(s);
+    return error_;
+  }
+
+  const std::string name_;
+  mutable std::mutex mu_;
+  Status error_;
+  StreamBook book_;
+};
+
+class HostStream final : public HostStreamBase {
+ public:
+  HostStream(std::string name, Device device) : HostStreamBase(std::move(name)), device_(device) {
     worker_ = std::thread([this] { Loop(); });
   }
   ~HostStream() override {
@@ -96,7 +130,6 @@ class HostStream final : public Stream {
   }
 
   Device device() const override { return device_; }
-  const std::string& name() const override { return name_; }
 
   Status Enqueue(std::function<Status()> work, const char* label) override {
     if (!work) return InvalidArgumentError("stream '" + name_ + "': Enqueue of an empty work function");
@@ -145,7 +178,7 @@ class HostStream final : public Stream {
     {
       std::lock_guard<std::mutex> lock(mu_);
       inline_ = false;
-      if (!s.ok() && error_.ok()) error_ = s.WithContext("stream '" + name_ + "'");
+      KeepFirstErrorLocked(s);
       s = error_;
       if (--pending_ == 0) idle_cv_.notify_all();
     }
@@ -162,14 +195,6 @@ class HostStream final : public Stream {
     idle_cv_.wait(lock, [&] { return pending_ == 0; });
     return error_;
   }
-  Status status() const override {
-    std::lock_guard<std::mutex> lock(mu_);
-    return error_;
-  }
-
-  void set_record_timeline(bool on) override { book_.set_record(on); }
-  std::vector<StreamRecord> TakeTimeline() override { return book_.Take(); }
-  StreamStats stats() const override { return book_.stats(); }
 
  private:
   struct Item {
@@ -221,32 +246,27 @@ class HostStream final : public Stream {
         Status s = Run(item, skip);
         item = Item();  // drop the work's captures before the stream counts it done
         lock.lock();
-        if (!s.ok() && error_.ok()) error_ = s.WithContext("stream '" + name_ + "'");
+        KeepFirstErrorLocked(s);
       }
       if (--pending_ == 0) idle_cv_.notify_all();
     }
   }
 
-  const std::string name_;
   const Device device_;
-  mutable std::mutex mu_;
   std::condition_variable work_cv_, idle_cv_;
   std::deque<Item> q_;
   int64_t pending_ = 0;  // enqueued items not yet finished (the running one included)
   bool inline_ = false;  // RunNow runs work on its caller's thread
   bool stop_ = false;
-  Status error_;
-  StreamBook book_;
   std::thread worker_;
 };
 
 // Runs work on the caller's thread.
-class InlineHostStream final : public Stream {
+class InlineHostStream final : public HostStreamBase {
  public:
-  explicit InlineHostStream(std::string name) : name_(std::move(name)) {}
+  explicit InlineHostStream(std::string name) : HostStreamBase(std::move(name)) {}
 
   Device device() const override { return Device::Host(); }
-  const std::string& name() const override { return name_; }
   bool is_inline() const override { return true; }
 
   Status Enqueue(std::function<Status()> work, const char* label) override {
@@ -272,27 +292,6 @@ class InlineHostStream final : public Stream {
   void RecordBlocked(const char* label, Clock::time_point start, Clock::time_point end) override {
     book_.Wait(start, end, label != nullptr ? label : "blocked");
   }
-  Status status() const override {
-    std::lock_guard<std::mutex> lock(mu_);
-    return error_;
-  }
-
-  void set_record_timeline(bool on) override { book_.set_record(on); }
-  std::vector<StreamRecord> TakeTimeline() override { return book_.Take(); }
-  StreamStats stats() const override { return book_.stats(); }
-
- private:
-  Status Fail(Status s) {
-    if (s.ok()) return s;
-    std::lock_guard<std::mutex> lock(mu_);
-    if (error_.ok()) error_ = s.WithContext("stream '" + name_ + "'");
-    return error_;
-  }
-
-  const std::string name_;
-  mutable std::mutex mu_;
-  Status error_;
-  StreamBook book_;
 };
 
 }  // namespace
