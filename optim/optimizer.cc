@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "meshflow/base/strings.h"
+#include "meshflow/optim/checks.h"
 #include "meshflow/runtime/redistribute.h"
 #include "meshflow/dtensor/dtype.h"
 #include "meshflow/dtensor/placement.h"
@@ -24,12 +25,7 @@ namespace {
 
 std::string Num(double v) { return DoubleString(v); }
 
-Status CheckNonNegative(const char* what, double v) {
-  if (!std::isfinite(v) || v < 0) {
-    return InvalidArgumentError(std::string(what) + " " + Num(v) + " must be finite and >= 0");
-  }
-  return Status::Ok();
-}
+using optim_internal::CheckNonNegative;
 
 Status CheckBeta(const char* what, double v) {
   if (!(v >= 0 && v < 1)) return InvalidArgumentError(std::string(what) + " " + Num(v) + " must be in [0, 1)");

@@ -5,18 +5,14 @@
 #include <string>
 
 #include "meshflow/base/strings.h"
+#include "meshflow/optim/checks.h"
 
 namespace meshflow {
 namespace {
 
 std::string Num(double v) { return DoubleString(v); }
 
-Status CheckNonNegative(const char* what, double v) {
-  if (!std::isfinite(v) || v < 0) {
-    return InvalidArgumentError(std::string(what) + " " + Num(v) + " must be finite and >= 0");
-  }
-  return Status::Ok();
-}
+using optim_internal::CheckNonNegative;
 
 }  // namespace
 
