@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "meshflow/cuda/grid.h"
 #include "meshflow/ops/cuda/op_kernels_launch.h"
 #include "meshflow/ops/elementwise.h"
 
@@ -12,13 +13,8 @@ namespace meshflow {
 namespace op_kernels_internal {
 namespace {
 
-constexpr int kThreads = 256;
-
-int Blocks(int64_t work) {
-  int64_t b = (work + kThreads - 1) / kThreads;
-  if (b > 65535 * 8) b = 65535 * 8;  // grid-stride loops cover the rest
-  return b < 1 ? 1 : static_cast<int>(b);
-}
+using cuda_grid::Blocks;
+using cuda_grid::kThreads;
 
 template <class F, class A>
 __global__ void GridStride(A args, int64_t n) {

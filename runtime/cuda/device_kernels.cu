@@ -3,19 +3,15 @@
 #include <cstdint>
 #include <cstring>
 
+#include "meshflow/cuda/grid.h"
 #include "meshflow/runtime/cuda/device_kernels_launch.h"
 
 namespace meshflow {
 namespace device_kernels_internal {
 namespace {
 
-constexpr int kThreads = 256;
-
-int Blocks(int64_t work) {
-  int64_t b = (work + kThreads - 1) / kThreads;
-  if (b > 65535 * 8) b = 65535 * 8;  // grid-stride loops cover the rest
-  return b < 1 ? 1 : static_cast<int>(b);
-}
+using cuda_grid::Blocks;
+using cuda_grid::kThreads;
 
 // Element offsets in src (*s) and dst (*d) of the flat (row-major) index `flat` within the box.
 __device__ __forceinline__ void BoxOffsets(const BoxCopyArgs& a, int64_t flat, int64_t* s, int64_t* d) {
