@@ -29,6 +29,8 @@
 //                                     check_call_sites = false); none (mpi) skips the header
 //                                     exchange (MpiOptions::validate = false; threads: as args, its
 //                                     rendezvous always compares arguments; nccl: ignored)
+//   --deterministic 0|1               mpi: rank-order reductions, bit-identical to the threads
+//                                     backend (MpiOptions::deterministic) instead of MPI's own [0]
 //   --csv                             CSV instead of the table
 //   -h, --help                        print the options (kUsage) and exit 0
 //
@@ -121,6 +123,7 @@ struct Config {
   int threads = 4;
   DType dtype = DType::kF32;
   std::string checks = "full";
+  bool deterministic = false;
   bool csv = false;
 };
 
@@ -192,6 +195,8 @@ constexpr const char* kUsage =
     "  -d DTYPE           element type, one of f32, f64, bf16, i32, i64 [f32]\n"
     "  --checks C         cross-rank call checks, one of full (sequence, arguments, call sites), args\n"
     "                     (no call sites), none (mpi: no header exchange; threads: as args) [full]\n"
+    "  --deterministic 0|1  mpi: rank-order reductions, bit-identical to the threads backend\n"
+    "                     (MpiOptions::deterministic); 0: MPI's own all_reduce / reduce_scatter [0]\n"
     "  --csv              CSV instead of the table\n"
     "  -h, --help         print this help and exit\n"
     "\n"
@@ -216,7 +221,8 @@ Status CheckRedistributeFlags(const Config& c) {
 
 StatusOr<Config> ParseArgs(int argc, char** argv) {
   static constexpr std::string_view kValued[] = {"--backend", "--op", "--from", "--to", "--mesh", "-b", "-e",
-                                                 "-f",        "-n",   "-w",     "-c",   "-t",     "-d",   "--checks"};
+                                                 "-f",        "-n",   "-w",     "-c",   "-t",     "-d",   "--checks",
+                                                 "--deterministic"};
   static constexpr Op kOps[] = {Op::kAllGather, Op::kReduceScatter, Op::kAllReduce, Op::kAllToAll,
                                 Op::kRedistribute};
   Config c;
@@ -260,6 +266,9 @@ StatusOr<Config> ParseArgs(int argc, char** argv) {
     } else if (a == "--checks") {
       MF_RETURN_IF_ERROR(ParseChoice(a, v, {"full", "args", "none"}).status());
       c.checks = v;
+    } else if (a == "--deterministic") {
+      MF_ASSIGN_OR_RETURN(size_t on, ParseChoice(a, v, {"0", "1"}));
+      c.deterministic = on == 1;
     } else {  // -d
       StatusOr<DType> dtype = ParseDType(v);
       if (!dtype.ok()) return dtype.status().WithContext(flag);
@@ -883,6 +892,7 @@ int RunMpi(const Config& c) {
   MpiOptions opts;
   opts.validate = c.checks != "none";
   opts.check_call_sites = c.checks == "full";
+  opts.deterministic = c.deterministic;
   auto world = MpiWorld(opts);
   if (!world.ok()) MpiAbort(world.status());
   std::vector<Row> rows;

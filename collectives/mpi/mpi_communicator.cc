@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <utility>
 
@@ -358,6 +359,34 @@ std::vector<int> IntOffsets(std::span<const int64_t> counts) {
   return out;
 }
 
+// The MPI op of a native reduction (MpiOptions::deterministic off), or nullopt where only the
+// rank-order path gives the interface's result: bf16 (no MPI type) and integer avg (ReduceBuffers
+// truncates the wide sum; an MPI sum wraps first).
+std::optional<MPI_Op> NativeOp(DType dtype, ReduceOp op) {
+  if (dtype == DType::kBF16) return std::nullopt;
+  switch (op) {
+    case ReduceOp::kSum: return MPI_SUM;
+    case ReduceOp::kMax: return MPI_MAX;
+    case ReduceOp::kMin: return MPI_MIN;
+    case ReduceOp::kAvg: return IsFloatDType(dtype) ? std::optional<MPI_Op>(MPI_SUM) : std::nullopt;
+  }
+  return std::nullopt;
+}
+
+// kAvg after a native sum: each element divided by the group size in ReduceBuffers' accumulator
+// type (float for f32, double for f64).
+void DivideByGroupSize(void* p, int64_t count, DType dtype, int n) {
+  if (dtype == DType::kF32) {
+    float* x = static_cast<float*>(p);
+    const float d = static_cast<float>(n);
+    for (int64_t i = 0; i < count; ++i) x[i] = x[i] / d;
+  } else if (dtype == DType::kF64) {
+    double* x = static_cast<double*>(p);
+    const double d = static_cast<double>(n);
+    for (int64_t i = 0; i < count; ++i) x[i] = x[i] / d;
+  }
+}
+
 // World ranks (MPI_COMM_WORLD numbering) of the members of `comm`, in comm order.
 StatusOr<std::vector<int>> WorldRanksOf(MPI_Comm comm, const std::string& where) {
   int n = 0;
@@ -611,6 +640,18 @@ Status MpiCommunicator::ReduceScatterV(const void* send, std::span<const int64_t
       std::copy(counts.begin(), counts.end(), h.call.counts.begin());
       MF_RETURN_IF_ERROR(ExchangeHeaders(call, h, where, nullptr));
     }
+    const std::optional<MPI_Op> native = options_.deterministic ? std::nullopt : NativeOp(dtype, op);
+    if (native && !Overlap(send, total * es, recv, mine * es)) {
+      const std::vector<int> rcounts = ToInt(counts);
+      MPI_Request req = MPI_REQUEST_NULL;
+      MF_RETURN_IF_ERROR(call.Check(MPI_Ireduce_scatter(NonNull(send), NonNull(recv), rcounts.data(), MpiType(dtype),
+                                                        *native, comm_, &req),
+                                    "MPI_Ireduce_scatter"));
+      MF_RETURN_IF_ERROR(call.Wait(req, "MPI_Ireduce_scatter"));
+      if (op == ReduceOp::kAvg) DivideByGroupSize(recv, mine, dtype, n);
+      CountBytes((total - mine) * es, (n - 1) * mine * es);
+      return Status();
+    }
     // Rank q receives block q of every rank; blocks land in rank order in `staged`. This rank's own
     // block is reduced straight from `send` (not copied through MPI) unless recv overlaps send.
     const bool own_direct = !Overlap(send, total * es, recv, mine * es);
@@ -660,6 +701,25 @@ Status MpiCommunicator::AllReduce(const void* send, void* recv, int64_t count, D
       h.call.count = count;
       MF_RETURN_IF_ERROR(ExchangeHeaders(call, h, where, nullptr));
     }
+    const int64_t others = count - mine;
+    const std::optional<MPI_Op> native = options_.deterministic ? std::nullopt : NativeOp(dtype, op);
+    if (native) {
+      const void* src = send == recv ? MPI_IN_PLACE : send;
+      if (send != recv && Overlap(send, count * es, recv, count * es)) {  // MPI forbids aliasing
+        std::byte* copy = call.Stage(count * es);
+        std::memcpy(copy, send, static_cast<size_t>(count * es));
+        src = copy;
+      }
+      MPI_Request req = MPI_REQUEST_NULL;
+      MF_RETURN_IF_ERROR(call.Check(MPI_Iallreduce(src == MPI_IN_PLACE ? src : NonNull(src), NonNull(recv),
+                                                   static_cast<int>(count), MpiType(dtype), *native, comm_, &req),
+                                    "MPI_Iallreduce"));
+      MF_RETURN_IF_ERROR(call.Wait(req, "MPI_Iallreduce"));
+      if (op == ReduceOp::kAvg) DivideByGroupSize(recv, count, dtype, n);
+      // The counters stay the interface's (the deterministic algorithm's bytes), whatever MPI moved.
+      CountBytes((others + (n - 1) * mine) * es, ((n - 1) * mine + others) * es);
+      return Status();
+    }
     std::vector<int> ccounts(static_cast<size_t>(n)), cdispls(static_cast<size_t>(n));
     for (int c = 0; c < n; ++c) {
       ccounts[static_cast<size_t>(c)] = static_cast<int>(end(c) - begin(c));
@@ -695,7 +755,6 @@ Status MpiCommunicator::AllReduce(const void* send, void* recv, int64_t count, D
                                                   cdispls.data(), MpiType(dtype), comm_, &req),
                                   "MPI_Iallgatherv"));
     MF_RETURN_IF_ERROR(call.Wait(req, "MPI_Iallgatherv"));
-    const int64_t others = count - mine;
     CountBytes((others + (n - 1) * mine) * es, ((n - 1) * mine + others) * es);
     return Status();
   });

@@ -22,22 +22,28 @@
 //   AllToAllV       MPI_Ialltoallv
 //   Broadcast       MPI_Ibcast
 //   Barrier         MPI_Ibarrier (implied by the header exchange when validation is on, see below)
-//   ReduceScatterV  MPI_Ialltoallv (rank q receives block q of every other rank), then every rank
-//                   reduces its block locally with ReduceBuffers (collectives/reduce.h) in
-//                   group-rank order, reading its own block straight from `send`
-//   AllReduce       the threads backend's algorithm: MPI_Ialltoallv of torch.chunk chunks (chunk =
-//                   ceil(count/n); the own chunk is not sent to itself), local rank-order reduction
-//                   of chunk `rank()` straight into recv, MPI_Iallgatherv with MPI_IN_PLACE
+//   ReduceScatterV  native (default, see MpiOptions::deterministic): MPI_Ireduce_scatter.
+//                   deterministic: MPI_Ialltoallv (rank q receives block q of every other rank),
+//                   then every rank reduces its block locally with ReduceBuffers
+//                   (collectives/reduce.h) in group-rank order, reading its own block from `send`
+//   AllReduce       native (default): MPI_Iallreduce. deterministic: the threads backend's
+//                   algorithm: MPI_Ialltoallv of torch.chunk chunks (chunk = ceil(count/n); the own
+//                   chunk is not sent to itself), local rank-order reduction of chunk `rank()`
+//                   straight into recv, MPI_Iallgatherv with MPI_IN_PLACE
 //   SendRecv        MPI_Irecv for every receive, MPI_Isend for every send, one polling wait;
 //                   transfers to self are local copies
 //   Split           header exchange (below), then MPI_Comm_split (every member has arrived, so the
 //                   blocking call cannot wait for an absent rank)
-// Why reductions avoid MPI_Reduce_scatter / MPI_Allreduce: the interface promises bit-exact,
-// rank-order folds, bf16 reduced in float and rounded once, and kAvg with integer truncation. MPI has
-// no bf16 type and no average, and its built-in reductions use implementation-chosen association
-// orders (trees, rings), so float results would differ from the threads backend. Reducing locally
-// with collectives/reduce.h gives every backend the same bits, and the bytes moved are exactly those
-// the threads backend counts (its header; planner/cost_model.h).
+// Native and deterministic reductions. MPI's own MPI_Iallreduce / MPI_Ireduce_scatter are the
+// fastest on a given machine but use implementation-chosen association orders (trees, rings), so
+// float sums differ from the threads backend in the last bits. MpiOptions::deterministic = true
+// makes every reduction a rank-order fold with collectives/reduce.h (the threads backend's bits;
+// bytes moved exactly as its header counts; planner/cost_model.h), for tests that compare backends
+// bitwise and for reproducible runs. Native covers f32, f64, i32 and i64 with sum, max and min, and
+// avg of f32 / f64 (an MPI sum divided by the group size, as ReduceBuffers divides its sum); bf16
+// (no MPI type), integer avg (truncation of the wide sum) and a reduce-scatter whose recv overlaps
+// send always take the rank-order path. Integer sums, max and min are equal either way (modular
+// sums do not depend on the order); NaN propagation in native max / min follows the MPI library.
 //
 // Validation (MpiOptions::validate, on by default). Before its payload, every collective exchanges a
 // small header with every other member (MPI_Isend/MPI_Irecv, tag kHeaderTag): a per-communicator
@@ -140,6 +146,10 @@ struct MpiOptions {
   // and the line of the Communicator call), compared across ranks (communicator.h). Must be the
   // same on every rank.
   bool check_call_sites = true;
+  // Reductions bit-identical to the threads backend (rank-order folds; see "Native and
+  // deterministic reductions" above). Off: MPI's own reductions where they apply. Must be the same
+  // on every rank.
+  bool deterministic = false;
 };
 
 class MpiCommunicator final : public Communicator {
