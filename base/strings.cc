@@ -47,4 +47,18 @@ std::string FixedString(double v, int digits) {
   return buf;
 }
 
+std::vector<std::string_view> SplitString(std::string_view s, char sep) {
+  std::vector<std::string_view> out;
+  size_t pos = 0;
+  while (true) {
+    const size_t e = s.find(sep, pos);
+    if (e == std::string_view::npos) {
+      out.push_back(s.substr(pos));
+      return out;
+    }
+    out.push_back(s.substr(pos, e - pos));
+    pos = e + 1;
+  }
+}
+
 }  // namespace meshflow

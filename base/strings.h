@@ -6,6 +6,7 @@
 //   DoubleString(0.1)                        -> "0.1"
 //   DoubleString(1e6)                        -> "1e+06"
 //   FixedString(2.345, 1)                    -> "2.3"
+//   SplitString("dp,,tp", ',')               -> {"dp", "", "tp"}
 #ifndef MESHFLOW_BASE_STRINGS_H_
 #define MESHFLOW_BASE_STRINGS_H_
 
@@ -13,6 +14,8 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <string_view>
+#include <vector>
 
 namespace meshflow {
 
@@ -28,6 +31,10 @@ std::string ElidedListString(std::span<const int64_t> v, size_t max_items = 16);
 std::string DoubleString(double v);
 // printf("%.*f", digits, v): fixed-point numbers in tables and reports.
 std::string FixedString(double v, int digits);
+// Every field between separators, empty ones included (a trailing separator gives a trailing
+// empty field; "" gives one empty field), so that a caller can name the empty one in its error.
+// The views point into `s`.
+std::vector<std::string_view> SplitString(std::string_view s, char sep);
 
 }  // namespace meshflow
 

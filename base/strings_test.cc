@@ -51,5 +51,15 @@ TEST(StringsTest, ElidedListStringKeepsBothEndsAndTheLength) {
   EXPECT_EQ(ElidedListString(std::vector<int>{}), "[]");
 }
 
+TEST(StringsTest, SplitStringKeepsEveryField) {
+  using V = std::vector<std::string_view>;
+  EXPECT_EQ(SplitString("dp,tp", ','), (V{"dp", "tp"}));
+  EXPECT_EQ(SplitString("dp,,tp", ','), (V{"dp", "", "tp"}));
+  EXPECT_EQ(SplitString("dp,", ','), (V{"dp", ""}));
+  EXPECT_EQ(SplitString(",dp", ','), (V{"", "dp"}));
+  EXPECT_EQ(SplitString("", ','), (V{""}));
+  EXPECT_EQ(SplitString("a;b=1,2", ';'), (V{"a", "b=1,2"}));
+}
+
 }  // namespace
 }  // namespace meshflow

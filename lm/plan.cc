@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "meshflow/base/parse.h"
+#include "meshflow/base/strings.h"
 #include "meshflow/dtensor/placement.h"
 #include "meshflow/nn/parallel.h"
 
@@ -52,11 +53,8 @@ std::string MeshSpec::ToString() const {
 
 StatusOr<MeshSpec> ParseMeshSpec(std::string_view text) {
   MeshSpec spec;
-  std::string_view rest = text;
-  if (rest.empty()) return InvalidArgumentError("--mesh is empty (expected e.g. dp=2,tp=2)");
-  while (true) {
-    const size_t comma = rest.find(',');
-    const std::string_view item = rest.substr(0, comma);
+  if (text.empty()) return InvalidArgumentError("--mesh is empty (expected e.g. dp=2,tp=2)");
+  for (const std::string_view item : SplitString(text, ',')) {
     const size_t eq = item.find('=');
     if (eq == std::string_view::npos) {
       return InvalidArgumentError("--mesh '" + std::string(text) + "': '" + std::string(item) +
@@ -76,8 +74,6 @@ StatusOr<MeshSpec> ParseMeshSpec(std::string_view text) {
     }
     spec.names.push_back(name);
     spec.shape.push_back(*n);
-    if (comma == std::string_view::npos) break;
-    rest = rest.substr(comma + 1);
   }
   return spec;
 }

@@ -32,6 +32,7 @@ TEST(PlanTest, ParsesPlansAndMeshes) {
   EXPECT_EQ(m->shape, (std::vector<int64_t>{2, 2}));
   EXPECT_EQ(m->ToString(), "dp=2,tp=2");
   ExpectInvalid(ParseMeshSpec("dp").status(), "'dp' is not NAME=SIZE");
+  ExpectInvalid(ParseMeshSpec("dp=2,").status(), "'' is not NAME=SIZE");
   ExpectInvalid(ParseMeshSpec("pp=2").status(), "unknown dim 'pp' (expected dp or tp)");
   ExpectInvalid(ParseMeshSpec("dp=2,dp=2").status(), "dim 'dp' given twice");
   ExpectInvalid(ParseMeshSpec("dp=0").status(), "size of 'dp' must be an integer >= 1, got '0'");

@@ -96,6 +96,7 @@ TEST(StringsDocTest, ListString) {
   std::vector<int> ranks_0_to_99(100);
   for (int i = 0; i < 100; ++i) ranks_0_to_99[static_cast<size_t>(i)] = i;
   EXPECT_EQ(ElidedListString(ranks_0_to_99, 4), "[0,1,...,98,99] (100 entries)");
+  EXPECT_EQ(SplitString("dp,,tp", ','), (std::vector<std::string_view>{"dp", "", "tp"}));
 }
 
 // base/cli.h. The example's lines come from two kinds of functions: a main() (returns an exit
