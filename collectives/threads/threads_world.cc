@@ -158,6 +158,7 @@ class GroupState {
         monitor_(std::move(monitor)),
         posts_(static_cast<size_t>(n_)),
         arrived_(static_cast<size_t>(n_), false),
+        exited_(static_cast<size_t>(n_), false),
         mailbox_(static_cast<size_t>(n_) * static_cast<size_t>(n_)) {}
 
   int size() const { return n_; }
@@ -183,6 +184,10 @@ class GroupState {
     posts_[static_cast<size_t>(rank)] = std::move(post);
     arrived_[static_cast<size_t>(rank)] = true;
     if (ArriveLocked()) return Status();
+    if (Status s = ExitedMemberErrorLocked(); !s.ok()) {  // a member that returned cannot arrive
+      BreakLocked(s);
+      return s;
+    }
     const uint64_t gen = generation_.load(std::memory_order_relaxed);
     lock.unlock();
     if (AwaitGeneration(gen, kArriveYields)) return Status();
@@ -219,6 +224,19 @@ class GroupState {
   const Post& post(int r) const { return posts_[static_cast<size_t>(r)]; }
   // Written by rank `r` only, between Arrive and the following Sync.
   Post& own_post(int r) { return posts_[static_cast<size_t>(r)]; }
+
+  // World rank `world_rank` returned from its rank function: it will not enter another call of this
+  // group. Members waiting in a collective for it fail at once (FailedPrecondition naming it), as
+  // does every later collective of the group, instead of waiting for the timeout.
+  void MemberExited(int world_rank) {
+    std::lock_guard<std::mutex> lock(mu_);
+    const auto it = std::find(world_ranks_.begin(), world_ranks_.end(), world_rank);
+    if (it == world_ranks_.end()) return;
+    exited_[static_cast<size_t>(it - world_ranks_.begin())] = true;
+    if (count_ > 0) {
+      if (Status s = ExitedMemberErrorLocked(); !s.ok()) BreakLocked(s);
+    }
+  }
 
   // Marks the group broken (the first reason wins) and wakes every waiter.
   void Break(const Status& why) {
@@ -279,6 +297,26 @@ class GroupState {
     cv_.notify_all();
     monitor_->Fail();
   }
+  // With at least one member waiting in a collective: FailedPrecondition when a member that has not
+  // arrived has returned from its rank function, else OK. Requires mu_.
+  Status ExitedMemberErrorLocked() const {
+    int gone = -1, first = -1;
+    std::vector<int> waiting;
+    for (int r = 0; r < n_; ++r) {
+      if (arrived_[static_cast<size_t>(r)]) {
+        waiting.push_back(world(r));
+        if (first < 0) first = r;
+      } else if (exited_[static_cast<size_t>(r)] && gone < 0) {
+        gone = r;
+      }
+    }
+    if (gone < 0 || first < 0) return Status();
+    const CollectiveCall& call = posts_[static_cast<size_t>(first)].call;
+    return FailedPreconditionError(Describe(CollectiveKindName(call.kind)) + ": " + RankName(gone) +
+                                   " returned from its rank function while world ranks " + ElidedListString(waiting) +
+                                   " wait in this collective (first: " + CallDescription(call) +
+                                   "); it skipped a collective or returned early");
+  }
   // A new call on a broken group.
   Status EnterBrokenError(const char* what) const {
     return AbortedError(Describe(what) + ": the group is broken by an earlier error: " + broken_.ToString());
@@ -319,6 +357,7 @@ class GroupState {
   std::condition_variable cv_;
   std::vector<Post> posts_;
   std::vector<bool> arrived_;
+  std::vector<bool> exited_;  // members whose rank function returned
   int count_ = 0;
   std::atomic<uint64_t> generation_{0};  // written under mu_; read without it in AwaitGeneration
   Status broken_;
@@ -443,6 +482,14 @@ class RunState {
     if (!aborted_.ok()) g->Break(aborted_);
     groups_.push_back(g);
     return g;
+  }
+
+  // Tells every group that world rank `world_rank` returned from its rank function.
+  void RankExited(int world_rank) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const std::weak_ptr<GroupState>& w : groups_) {
+      if (std::shared_ptr<GroupState> g = w.lock()) g->MemberExited(world_rank);
+    }
   }
 
   void Abort(const Status& why) {
@@ -883,6 +930,7 @@ Status ThreadWorld::Run(std::function<Status(Communicator& world_comm)> fn) {
         }
       }
       if (!s.ok()) run->Abort(AbortedError("rank " + std::to_string(i) + " failed: " + s.ToString()));
+      run->RankExited(i);
       run->monitor().Finish(i, std::move(s));
     });
   }

@@ -138,6 +138,23 @@ struct PerRank {
   std::vector<Status> statuses;
 };
 
+// Keeps a rank busy outside the library (as user code would) until `n` other ranks called Done():
+// a member that is late, not one that returned (a returned member is reported at once).
+struct Countdown {
+  void Done() {
+    std::lock_guard<std::mutex> lock(mu);
+    ++done;
+    cv.notify_all();
+  }
+  void WaitFor(int n) {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return done >= n; });
+  }
+  std::mutex mu;
+  std::condition_variable cv;
+  int done = 0;
+};
+
 TEST(ThreadWorldTest, CreateErrors) {
   StatusOr<std::unique_ptr<ThreadWorld>> w = ThreadWorld::Create(0);
   EXPECT_EQ(w.status().code(), StatusCode::kInvalidArgument);
@@ -945,12 +962,17 @@ TEST(ThreadWorldTest, SendRecvCountMismatch) {
 TEST(ThreadWorldTest, TimeoutNamesTheCollectiveGroupAndMissingRank) {
   auto world = MakeWorld(3, milliseconds(200));
   PerRank first(3), later(3);
+  Countdown gate;
   const auto start = std::chrono::steady_clock::now();
   Status s = world->Run([&](Communicator& c) -> Status {
-    if (c.rank() == 2) return Status();  // skips the collective
+    if (c.rank() == 2) {  // late: busy elsewhere until the others gave up
+      gate.WaitFor(2);
+      return Status();
+    }
     float x[2] = {1, 2};
     first.Set(c.rank(), c.AllReduce(x, x, 2, DType::kF32, ReduceOp::kSum));
     later.Set(c.rank(), c.AllReduce(x, x, 2, DType::kF32, ReduceOp::kSum));
+    gate.Done();
     return Status();
   });
   const auto elapsed = std::chrono::steady_clock::now() - start;
@@ -969,10 +991,15 @@ TEST(ThreadWorldTest, TimeoutNamesTheCollectiveGroupAndMissingRank) {
 TEST(ThreadWorldTest, TimeoutOnASubGroupNamesItsWorldRanks) {
   auto world = MakeWorld(6, milliseconds(200));
   PerRank pr(6);
+  Countdown gate;
   Status s = world->Run([&](Communicator& c) -> Status {
     MF_ASSIGN_OR_RETURN(std::shared_ptr<Communicator> row, c.Split(c.rank() / 3, c.rank() % 3));
-    if (c.rank() == 4) return Status();  // row [3,4,5] misses group rank 1
+    if (c.rank() == 4) {  // row [3,4,5] misses group rank 1 (late, not returned)
+      gate.WaitFor(2);
+      return Status();
+    }
     pr.Set(c.rank(), row->Barrier());
+    if (c.rank() == 3 || c.rank() == 5) gate.Done();
     return Status();
   });
   ASSERT_TRUE(s.ok()) << s;
@@ -1120,6 +1147,49 @@ TEST(ThreadWorldTest, ASkippedAllReduceFailsEveryRankBeforeDataIsUsed) {
     // No rank received anything.
     for (float v : out[static_cast<size_t>(r)]) EXPECT_EQ(v, -1.0f) << "rank " << r;
   }
+}
+
+// A rank whose function returns while its peers wait in a collective (it skipped the last one):
+// the peers fail at once naming it, not after the 60 s timeout, and receive nothing.
+TEST(ThreadWorldTest, ARankThatReturnedWhilePeersWaitIsNamedAtOnce) {
+  auto world = MakeWorld(3, milliseconds(60000));
+  PerRank first(3);
+  std::vector<std::vector<float>> out(3, std::vector<float>(4, -1.0f));
+  const auto start = std::chrono::steady_clock::now();
+  Status s = world->Run([&](Communicator& c) -> Status {
+    if (c.rank() == 2) return Status::Ok();  // skips the all_reduce and returns
+    std::vector<float> x(4, 1.0f);
+    Status st = c.AllReduce(x.data(), out[static_cast<size_t>(c.rank())].data(), 4, DType::kF32, ReduceOp::kSum);
+    first.Set(c.rank(), st);
+    return st;
+  });
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+  EXPECT_FALSE(s.ok());
+  for (int r = 0; r < 2; ++r) {
+    // FAILED_PRECONDITION, or ABORTED with the same cause for a rank that arrived after the break.
+    const Status& f = first.statuses[static_cast<size_t>(r)];
+    EXPECT_TRUE(f.code() == StatusCode::kFailedPrecondition || f.code() == StatusCode::kAborted)
+        << "rank " << r << ": " << f;
+    EXPECT_TRUE(Contains(f, "all_reduce on group [0,1,2] (world ranks): group rank 2 (world 2) returned from its rank "
+                            "function while world ranks ["))
+        << f;
+    EXPECT_TRUE(Contains(f, "#0 all_reduce called at " + ThisFile() + ":")) << f;
+    for (float v : out[static_cast<size_t>(r)]) EXPECT_EQ(v, -1.0f) << "rank " << r;
+  }
+}
+
+// A rank that returns after the group's last collective is no error; nor is a subgroup without it.
+TEST(ThreadWorldTest, ARankReturningAfterItsLastCollectiveIsFine) {
+  auto world = MakeWorld(3);
+  Status s = world->Run([&](Communicator& c) -> Status {
+    float x = 1.0f;
+    MF_RETURN_IF_ERROR(c.AllReduce(&x, &x, 1, DType::kF32, ReduceOp::kSum));
+    MF_ASSIGN_OR_RETURN(std::shared_ptr<Communicator> pair, c.Split(c.rank() == 2 ? -1 : 0, c.rank()));
+    if (c.rank() == 2) return Status::Ok();
+    for (int i = 0; i < 20; ++i) MF_RETURN_IF_ERROR(pair->AllReduce(&x, &x, 1, DType::kF32, ReduceOp::kSum));
+    return Status::Ok();
+  });
+  EXPECT_TRUE(s.ok()) << s;
 }
 
 TEST(ThreadWorldTest, AReorderedCollectiveNamesBothCallSites) {
