@@ -9,7 +9,8 @@
 //   stall   rank 1 sleeps (outside MPI) far longer than TIMEOUT_MS
 //   error   rank 1 hits an error and ends the job with MpiAbort(status, 4)
 //   skip    rank 1 skips the second all_reduce (its third one matches the others' second): every
-//           rank must fail with FailedPrecondition naming both call sites, before any data moves
+//           rank must fail with FailedPrecondition naming both call sites, before any data moves;
+//           each prints its error and whether its buffer was written ("buffer untouched: yes")
 //   skip_last  rank 1 skips the last all_reduce and returns from main (MpiFinalizeGuard): the others
 //           time out naming it and abort; rank 1 must not sit in MPI_Finalize (mpirun must end)
 //   late_finalize  rank 1 stalls outside MPI while the others return from main: their
@@ -19,6 +20,7 @@
 // stall, that the others report DEADLINE_EXCEEDED naming the collective and rank 1.
 #include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -53,6 +55,16 @@ int Main(int argc, char** argv) {
   auto reduce = [&](const char* which, CallerSite where = CallerSite::Current()) {
     std::vector<float> y(1000, static_cast<float>(world.rank()));
     const Status st = world.AllReduce(y.data(), y.data(), 1000, DType::kF32, ReduceOp::kSum, where);
+    if (!st.ok() && mode == "skip") {
+      // Every rank refuses the same call: each says so, and whether its buffer was written, before
+      // the first one aborts the job (the raw MPI barrier keeps mpirun from killing a rank that
+      // has not printed yet).
+      const bool untouched = std::all_of(y.begin(), y.end(), [&](float v) { return v == world.rank(); });
+      std::printf("rank %d: refused the %s all_reduce: %s; buffer untouched: %s\n", world.rank(), which,
+                  st.ToString().c_str(), untouched ? "yes" : "NO");
+      std::fflush(stdout);
+      MPI_Barrier(MPI_COMM_WORLD);
+    }
     if (!st.ok()) MpiAbort(st, 2);
     for (float v : y) {
       if (v != expected) {

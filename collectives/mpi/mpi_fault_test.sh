@@ -45,7 +45,7 @@ run() {
     why="took ${elapsed}s > ${MAX_SECONDS}s"
   elif grep -q "second all_reduce completed" "$log"; then
     why="a rank completed the collective without rank 1"
-  elif grep -Eq "wrong value|after the skip completed" "$log"; then
+  elif grep -Eq "wrong value|after the skip completed|buffer untouched: NO" "$log"; then
     why="a rank used the data of a mismatched collective"
   fi
   for pattern in "$@"; do
@@ -72,12 +72,13 @@ run 4 stall 2 "DEADLINE_EXCEEDED: mpi all_reduce on group \[0,1,2,3\] \(world ra
 run 8 stall 2 "DEADLINE_EXCEEDED: mpi all_reduce on group \[0,1,2,3,4,5,6,7\]" \
   "group ranks \[1\] \(world ranks \[1\]\) did not arrive"
 
-# A skipped collective: every rank reports the mismatch with both call sites and aborts (mpirun may
-# kill some before they print); repeated, since the end of the job (every rank in MPI_Abort at
-# once) is the racy part.
+# A skipped collective: every rank refuses it (each prints its error and that its buffer was not
+# written, before any rank aborts), naming both call sites; repeated, since the end of the job
+# (every rank in MPI_Abort at once) is the racy part.
+refused() { echo "rank $1: refused the [a-z]+ all_reduce: FAILED_PRECONDITION: .*mismatched call sites.*; buffer untouched: yes"; }
 for i in 1 2 3 4 5; do
   run 4 skip 2 "FAILED_PRECONDITION: mpi all_reduce on group \[0,1,2,3\] \(world ranks\): mismatched call sites: group rank 0 \(world 0\) is at its collective #1 all_reduce called at [^ ]*mpi_fault_test\.cc:[0-9]+, but group rank 1 \(world 1\) at #1 all_reduce called at [^ ]*mpi_fault_test\.cc:[0-9]+" \
-    "rank [0-9]: aborting the MPI job: FAILED_PRECONDITION"
+    "rank [0-9]: aborting the MPI job: FAILED_PRECONDITION" "$(refused 0)" "$(refused 1)" "$(refused 2)" "$(refused 3)"
 done
 # A rank skips the last collective and finalizes while the others time out and abort.
 for i in 1 2; do
