@@ -8,24 +8,6 @@
 #include "meshflow/ops/sharding_rule.h"
 
 namespace meshflow {
-namespace {
-
-// {P(op), ..., P(op)} -> P(op) for every reduce op: right for ops that only move / select
-// elements (each output element is one input element, or a fixed zero).
-std::vector<PartialRule> SelectPartialRules(int num_operands) {
-  std::vector<PartialRule> out;
-  for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax, ReduceOp::kMin}) {
-    out.push_back(PartialRule{std::vector<std::optional<ReduceOp>>(static_cast<size_t>(num_operands), op), op});
-  }
-  return out;
-}
-
-int AddFactor(ShardingRule& r, std::string name, int64_t size, FactorKind kind, ReduceOp op = ReduceOp::kSum) {
-  r.factors.push_back({std::move(name), size, kind, op});
-  return static_cast<int>(r.factors.size()) - 1;
-}
-
-}  // namespace
 
 StatusOr<std::vector<int>> TransposePerm(int rank, int d0, int d1) {
   const int a = d0 < 0 ? d0 + rank : d0, b = d1 < 0 ? d1 + rank : d1;
@@ -45,26 +27,22 @@ StatusOr<ShardingRule> PermuteRule(std::span<const int64_t> x, std::span<const i
     return InvalidArgumentError("permute: perm " + ListString(perm) + " has " + std::to_string(perm.size()) +
                                 " entries for shape " + ShapeString(x));
   }
-  ShardingRule r;
-  r.op = "permute";
-  std::vector<bool> seen(static_cast<size_t>(rank), false);
+  std::vector<int> result_dim(static_cast<size_t>(rank), kNoDim);  // per input dim
+  std::vector<int64_t> out;
   for (int p : perm) {
     const int d = p < 0 ? p + rank : p;
-    if (d < 0 || d >= rank || seen[d]) {
+    if (d < 0 || d >= rank || result_dim[d] != kNoDim) {
       return InvalidArgumentError("permute: perm " + ListString(perm) + " is not a permutation of the dims of shape " +
                                   ShapeString(x) + " (bad entry " + std::to_string(p) + ")");
     }
-    seen[d] = true;
-    r.result_dims.push_back(d);
-    r.result_shape.push_back(x[d]);
+    result_dim[d] = static_cast<int>(out.size());
+    out.push_back(x[d]);
   }
-  std::vector<int> in;
+  RuleBuilder rule("permute", {rank}, out);
   for (int i = 0; i < rank; ++i) {
-    in.push_back(AddFactor(r, "d" + std::to_string(i), x[i], FactorKind::kPassThrough));
+    rule.AddFactor("d" + std::to_string(i), x[i], FactorKind::kPassThrough, {i}, result_dim[i]);
   }
-  r.operand_dims = {in};
-  r.partial_rules = SelectPartialRules(1);
-  return r;
+  return rule.AddSelectPartialRules().Build();
 }
 
 StatusOr<std::vector<int64_t>> ResolveReshape(std::span<const int64_t> x, std::span<const int64_t> shape) {
@@ -134,42 +112,34 @@ std::vector<ReshapeGroup> ReshapeGroups(std::span<const int64_t> x, std::span<co
 
 StatusOr<ShardingRule> ReshapeRule(std::span<const int64_t> x, std::span<const int64_t> shape) {
   MF_ASSIGN_OR_RETURN(std::vector<int64_t> out, ResolveReshape(x, shape));
-  ShardingRule r;
-  r.op = "reshape";
-  r.operand_dims = {std::vector<int>(x.size(), kNoFactor)};
-  r.result_dims.assign(out.size(), kNoFactor);
-  r.result_shape = out;
+  RuleBuilder rule("reshape", {static_cast<int>(x.size())}, out);
   int64_t n = 1;
   for (int64_t s : x) n *= s;
   if (n == 0) {  // no elements: nothing to keep sharded
     for (size_t i = 0; i < x.size(); ++i) {
-      r.operand_dims[0][i] = AddFactor(r, "i" + std::to_string(i), x[i], FactorKind::kNeedReplication);
+      rule.AddFactor("i" + std::to_string(i), x[i], FactorKind::kNeedReplication, {static_cast<int>(i)}, kNoDim);
     }
     for (size_t i = 0; i < out.size(); ++i) {
-      r.result_dims[i] = AddFactor(r, "o" + std::to_string(i), out[i], FactorKind::kNeedReplication);
+      rule.AddFactor("o" + std::to_string(i), out[i], FactorKind::kNeedReplication, {kNoDim}, static_cast<int>(i));
     }
-    r.partial_rules = SelectPartialRules(1);
-    return r;
+    return rule.AddSelectPartialRules().Build();
   }
   const std::vector<ReshapeGroup> groups = ReshapeGroups(x, out);
   for (size_t g = 0; g < groups.size(); ++g) {
     const ReshapeGroup& grp = groups[g];
     const bool one_to_one = grp.in_dims.size() == 1 && grp.out_dims.size() == 1;
-    const int major = AddFactor(r, (one_to_one ? "d" : "g") + std::to_string(g), x[grp.in_dims[0]],
-                                FactorKind::kPassThrough);
-    r.operand_dims[0][grp.in_dims[0]] = major;
-    r.result_dims[grp.out_dims[0]] = major;
+    rule.AddFactor((one_to_one ? "d" : "g") + std::to_string(g), x[grp.in_dims[0]], FactorKind::kPassThrough,
+                   {grp.in_dims[0]}, grp.out_dims[0]);
     for (size_t k = 1; k < grp.in_dims.size(); ++k) {
-      r.operand_dims[0][grp.in_dims[k]] = AddFactor(r, "g" + std::to_string(g) + "i" + std::to_string(k),
-                                                    x[grp.in_dims[k]], FactorKind::kNeedReplication);
+      rule.AddFactor("g" + std::to_string(g) + "i" + std::to_string(k), x[grp.in_dims[k]],
+                     FactorKind::kNeedReplication, {grp.in_dims[k]}, kNoDim);
     }
     for (size_t k = 1; k < grp.out_dims.size(); ++k) {
-      r.result_dims[grp.out_dims[k]] = AddFactor(r, "g" + std::to_string(g) + "o" + std::to_string(k),
-                                                 out[grp.out_dims[k]], FactorKind::kNeedReplication);
+      rule.AddFactor("g" + std::to_string(g) + "o" + std::to_string(k), out[grp.out_dims[k]],
+                     FactorKind::kNeedReplication, {kNoDim}, grp.out_dims[k]);
     }
   }
-  r.partial_rules = SelectPartialRules(1);
-  return r;
+  return rule.AddSelectPartialRules().Build();
 }
 
 std::string_view NormKindName(NormKind kind) {
@@ -185,15 +155,8 @@ StatusOr<ShardingRule> NormRule(NormKind kind, std::span<const int64_t> x, int n
                                 " out of range [1, " + std::to_string(rank) + "] for shape " + ShapeString(x));
   }
   const std::span<const int64_t> trailing = x.subspan(static_cast<size_t>(rank - normalized_ndim));
-  ShardingRule r;
-  r.op = name;
-  std::vector<int> in;
-  for (int i = 0; i < rank; ++i) {
-    in.push_back(AddFactor(r, "d" + std::to_string(i), x[i],
-                           i >= rank - normalized_ndim ? FactorKind::kNeedReplication : FactorKind::kPassThrough));
-  }
-  r.operand_dims = {in};
-  const std::vector<int> tied(in.end() - normalized_ndim, in.end());
+  const int first_normalized = rank - normalized_ndim;
+  std::vector<int> operand_ranks = {rank};
   for (const auto& [what, s] : {std::pair<const char*, const std::vector<int64_t>*>{"weight", weight},
                                 std::pair<const char*, const std::vector<int64_t>*>{"bias", bias}}) {
     if (s == nullptr) continue;
@@ -202,34 +165,37 @@ StatusOr<ShardingRule> NormRule(NormKind kind, std::span<const int64_t> x, int n
                                   " differs from the normalized dims " + ShapeString(trailing) + " of " +
                                   ShapeString(x));
     }
-    r.operand_dims.push_back(tied);
+    operand_ranks.push_back(normalized_ndim);
   }
-  r.result_dims = in;
-  r.result_shape.assign(x.begin(), x.end());
-  return r;
+  RuleBuilder rule(name, operand_ranks, {x.begin(), x.end()});
+  for (int i = 0; i < rank; ++i) {
+    const bool normalized = i >= first_normalized;
+    // x's dim i; the weight's and bias's dim i - first_normalized (normalized dims only).
+    std::vector<int> dims(operand_ranks.size(), normalized ? i - first_normalized : kNoDim);
+    dims[0] = i;
+    rule.AddFactor("d" + std::to_string(i), x[i], normalized ? FactorKind::kNeedReplication : FactorKind::kPassThrough,
+                   std::move(dims), i);
+  }
+  return rule.Build();
 }
 
 StatusOr<ShardingRule> EmbeddingRule(std::span<const int64_t> table, std::span<const int64_t> ids) {
   if (table.size() != 2) {
     return InvalidArgumentError("embedding: table must be [V, D], got shape " + ShapeString(table));
   }
-  ShardingRule r;
-  r.op = "embedding";
-  const int v = AddFactor(r, "v", table[0], FactorKind::kContracting);
-  const int d = AddFactor(r, "d", table[1], FactorKind::kPassThrough);
-  std::vector<int> id_dims;
-  for (size_t i = 0; i < ids.size(); ++i) {
-    id_dims.push_back(AddFactor(r, "i" + std::to_string(i), ids[i], FactorKind::kPassThrough));
+  const int ri = static_cast<int>(ids.size());
+  std::vector<int64_t> out(ids.begin(), ids.end());
+  out.push_back(table[1]);
+  RuleBuilder rule("embedding", {2, ri}, out);
+  rule.AddFactor("v", table[0], FactorKind::kContracting, {0, kNoDim}, kNoDim)
+      .AddFactor("d", table[1], FactorKind::kPassThrough, {1, kNoDim}, ri);
+  for (int i = 0; i < ri; ++i) {
+    rule.AddFactor("i" + std::to_string(i), ids[i], FactorKind::kPassThrough, {kNoDim, i}, i);
   }
-  r.operand_dims = {{v, d}, id_dims};
-  r.result_dims = id_dims;
-  r.result_dims.push_back(d);
-  r.result_shape.assign(ids.begin(), ids.end());
-  r.result_shape.push_back(table[1]);
   for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax, ReduceOp::kMin}) {
-    r.partial_rules.push_back(PartialRule{{op, std::nullopt}, op});
+    rule.AddPartialRule(PartialRule{{op, std::nullopt}, op});
   }
-  return r;
+  return rule.Build();
 }
 
 StatusOr<ShardingRule> ConcatRule(std::span<const std::vector<int64_t>* const> shapes, int dim) {
@@ -241,14 +207,9 @@ StatusOr<ShardingRule> ConcatRule(std::span<const std::vector<int64_t>* const> s
     return InvalidArgumentError("concat: dim " + std::to_string(dim) + " out of range for shape " +
                                 ShapeString(first));
   }
-  ShardingRule r;
-  r.op = "concat";
-  std::vector<int> common(static_cast<size_t>(rank), kNoFactor);
-  for (int i = 0; i < rank; ++i) {
-    if (i != d) common[i] = AddFactor(r, "d" + std::to_string(i), first[i], FactorKind::kPassThrough);
-  }
+  const int num = static_cast<int>(shapes.size());
   int64_t total = 0;
-  for (size_t o = 0; o < shapes.size(); ++o) {
+  for (int o = 0; o < num; ++o) {
     const std::vector<int64_t>& s = *shapes[o];
     bool ok = static_cast<int>(s.size()) == rank;
     for (int i = 0; ok && i < rank; ++i) ok = i == d || s[i] == first[i];
@@ -257,17 +218,23 @@ StatusOr<ShardingRule> ConcatRule(std::span<const std::vector<int64_t>* const> s
                                   " does not match operand 0 shape " + ShapeString(first) + " outside dim " +
                                   std::to_string(d));
     }
-    std::vector<int> dims = common;
-    dims[d] = AddFactor(r, "c" + std::to_string(o), s[d], FactorKind::kNeedReplication);
-    r.operand_dims.push_back(std::move(dims));
     total += s[d];
   }
-  r.result_dims = common;
-  r.result_dims[d] = AddFactor(r, "c", total, FactorKind::kNeedReplication);
-  r.result_shape = first;
-  r.result_shape[d] = total;
-  r.partial_rules = SelectPartialRules(static_cast<int>(shapes.size()));
-  return r;
+  std::vector<int64_t> out = first;
+  out[d] = total;
+  RuleBuilder rule("concat", std::vector<int>(static_cast<size_t>(num), rank), out);
+  for (int i = 0; i < rank; ++i) {
+    if (i == d) continue;
+    rule.AddFactor("d" + std::to_string(i), first[i], FactorKind::kPassThrough, std::vector<int>(num, i), i);
+  }
+  for (int o = 0; o < num; ++o) {
+    std::vector<int> dims(static_cast<size_t>(num), kNoDim);
+    dims[o] = d;
+    rule.AddFactor("c" + std::to_string(o), (*shapes[o])[d], FactorKind::kNeedReplication, std::move(dims), kNoDim);
+  }
+  return rule.AddFactor("c", total, FactorKind::kNeedReplication, std::vector<int>(num, kNoDim), d)
+      .AddSelectPartialRules()
+      .Build();
 }
 
 StatusOr<SliceRange> NormalizeSlice(std::span<const int64_t> x, int dim, int64_t start, int64_t end, int64_t step) {
@@ -290,18 +257,12 @@ StatusOr<SliceRange> NormalizeSlice(std::span<const int64_t> x, int dim, int64_t
 
 StatusOr<ShardingRule> SliceRule(std::span<const int64_t> x, int dim, int64_t start, int64_t end, int64_t step) {
   MF_ASSIGN_OR_RETURN(SliceRange s, NormalizeSlice(x, dim, start, end, step));
-  ShardingRule r;
-  r.op = "slice";
-  std::vector<int> in;
-  for (size_t i = 0; i < x.size(); ++i) {
-    in.push_back(AddFactor(r, "d" + std::to_string(i), x[i], FactorKind::kPassThrough));
-  }
-  r.operand_dims = {in};
-  r.result_dims = in;
-  r.result_shape.assign(x.begin(), x.end());
-  r.result_shape[s.dim] = s.size;
-  r.partial_rules = SelectPartialRules(1);
-  return r;
+  const int rank = static_cast<int>(x.size());
+  std::vector<int64_t> out(x.begin(), x.end());
+  out[s.dim] = s.size;
+  RuleBuilder rule("slice", {rank}, out);
+  for (int i = 0; i < rank; ++i) rule.AddFactor("d" + std::to_string(i), x[i], FactorKind::kPassThrough, {i}, i);
+  return rule.AddSelectPartialRules().Build();
 }
 
 Interval SliceResultRange(const SliceRange& s, int64_t lo, int64_t hi) {
@@ -329,22 +290,16 @@ StatusOr<ShardingRule> CrossEntropyRule(std::span<const int64_t> logits, std::sp
     return InvalidArgumentError("cross_entropy: targets shape " + ShapeString(targets) +
                                 " must be the logits shape " + ShapeString(logits) + " without its last dim");
   }
-  ShardingRule r;
-  r.op = "cross_entropy";
   const bool none = reduction == LossReduction::kNone;
-  std::vector<int> lead;
-  for (size_t i = 0; i + 1 < logits.size(); ++i) {
-    lead.push_back(AddFactor(r, "b" + std::to_string(i), logits[i],
-                             none ? FactorKind::kPassThrough : FactorKind::kReduction));
+  const int rank = static_cast<int>(logits.size());
+  RuleBuilder rule("cross_entropy", {rank, rank - 1},
+                   none ? std::vector<int64_t>(targets.begin(), targets.end()) : std::vector<int64_t>{});
+  for (int i = 0; i + 1 < rank; ++i) {
+    rule.AddFactor("b" + std::to_string(i), logits[i], none ? FactorKind::kPassThrough : FactorKind::kReduction,
+                   {i, i}, none ? i : kNoDim);
   }
-  const int c = AddFactor(r, "c", logits.back(), FactorKind::kContracting);  // vocab-parallel
-  r.operand_dims = {lead, lead};
-  r.operand_dims[0].push_back(c);
-  if (none) {
-    r.result_dims = lead;
-    r.result_shape.assign(targets.begin(), targets.end());
-  }
-  return r;
+  return rule.AddFactor("c", logits.back(), FactorKind::kContracting, {rank - 1, kNoDim}, kNoDim)  // vocab-parallel
+      .Build();
 }
 
 }  // namespace meshflow

@@ -7,17 +7,6 @@
 namespace meshflow {
 namespace {
 
-// Operand dims of `shape` right-aligned against result dims [first, first + n) of `factors_of`.
-std::vector<int> AlignedDims(std::span<const int64_t> shape, std::span<const int64_t> result,
-                             std::span<const int> result_factors) {
-  std::vector<int> dims(shape.size());
-  const size_t lead = result.size() - shape.size();
-  for (size_t i = 0; i < shape.size(); ++i) {
-    dims[i] = shape[i] == result[lead + i] ? result_factors[lead + i] : kNoFactor;
-  }
-  return dims;
-}
-
 std::string FactorNames(const ShardingRule& r, const std::vector<int>& dims) {
   std::string s = "[";
   for (size_t i = 0; i < dims.size(); ++i) {
@@ -137,6 +126,73 @@ double LocalWorkPoints(const ShardingRule& rule, const Strategy& s, std::span<co
   return points;
 }
 
+RuleBuilder::RuleBuilder(std::string op, std::vector<int> operand_ranks, std::vector<int64_t> result_shape) {
+  rule_.op = std::move(op);
+  for (int rank : operand_ranks) rule_.operand_dims.emplace_back(static_cast<size_t>(rank), kNoFactor);
+  rule_.result_dims.assign(result_shape.size(), kNoFactor);
+  rule_.result_shape = std::move(result_shape);
+}
+
+RuleBuilder& RuleBuilder::AddFactor(std::string name, int64_t size, FactorKind kind, std::vector<int> operand_dims,
+                                    int result_dim, ReduceOp reduce_op) {
+  const int f = static_cast<int>(rule_.factors.size());
+  // Maps dims[d] to factor f; `where` names the dims ("operand 1", "result") in errors.
+  auto map = [&](std::vector<int>& dims, int d, const std::string& where) {
+    if (d == kNoDim || !error_.ok()) return;
+    if (d < 0 || d >= static_cast<int>(dims.size())) {
+      error_ = InvalidArgumentError(rule_.op + ": factor '" + name + "' names " + where + " dim " + std::to_string(d) +
+                                    ", out of range for rank " + std::to_string(dims.size()));
+    } else if (dims[d] != kNoFactor) {
+      error_ = InvalidArgumentError(rule_.op + ": " + where + " dim " + std::to_string(d) + " is named by factor '" +
+                                    rule_.factors[dims[d]].name + "' and by factor '" + name + "'");
+    } else {
+      dims[d] = f;
+    }
+  };
+  if (operand_dims.size() != rule_.operand_dims.size() && error_.ok()) {
+    error_ = InvalidArgumentError(rule_.op + ": factor '" + name + "' names " + std::to_string(operand_dims.size()) +
+                                  " operand dims for " + std::to_string(rule_.operand_dims.size()) + " operands");
+  }
+  for (size_t o = 0; o < operand_dims.size() && o < rule_.operand_dims.size(); ++o) {
+    map(rule_.operand_dims[o], operand_dims[o], "operand " + std::to_string(o));
+  }
+  map(rule_.result_dims, result_dim, "result");
+  rule_.factors.push_back({std::move(name), size, kind, reduce_op});
+  return *this;
+}
+
+RuleBuilder& RuleBuilder::AddBroadcastFactors(std::string_view prefix, std::span<const int64_t> out,
+                                              std::span<const std::span<const int64_t>> operands) {
+  for (size_t i = 0; i < out.size(); ++i) {
+    std::vector<int> dims(rule_.operand_dims.size(), kNoDim);
+    for (size_t o = 0; o < operands.size() && o < dims.size(); ++o) {
+      const std::span<const int64_t> shape = operands[o];
+      const size_t lead = out.size() - shape.size();
+      if (i >= lead && shape[i - lead] == out[i]) dims[o] = static_cast<int>(i - lead);
+    }
+    AddFactor(std::string(prefix) + std::to_string(i), out[i], FactorKind::kPassThrough, std::move(dims),
+              static_cast<int>(i));
+  }
+  return *this;
+}
+
+RuleBuilder& RuleBuilder::AddPartialRule(PartialRule rule) {
+  rule_.partial_rules.push_back(std::move(rule));
+  return *this;
+}
+
+RuleBuilder& RuleBuilder::AddSelectPartialRules() {
+  for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax, ReduceOp::kMin}) {
+    AddPartialRule(PartialRule{std::vector<std::optional<ReduceOp>>(rule_.operand_dims.size(), op), op});
+  }
+  return *this;
+}
+
+StatusOr<ShardingRule> RuleBuilder::Build() const {
+  if (!error_.ok()) return error_;
+  return rule_;
+}
+
 StatusOr<ShardingRule> MatmulRule(std::span<const int64_t> a, std::span<const int64_t> b) {
   if (a.empty() || b.empty()) {
     return InvalidArgumentError("matmul: operands need rank >= 1, got shapes " + ShapeString(a) + " and " +
@@ -152,40 +208,18 @@ StatusOr<ShardingRule> MatmulRule(std::span<const int64_t> a, std::span<const in
   }
   MF_ASSIGN_OR_RETURN(std::vector<int64_t> batch,
                       BroadcastShapes("matmul batch dims", a.first(a_batch), b.first(b_batch)));
-  ShardingRule r;
-  r.op = "matmul";
-  std::vector<int> batch_factors;
-  for (size_t i = 0; i < batch.size(); ++i) {
-    batch_factors.push_back(static_cast<int>(r.factors.size()));
-    r.factors.push_back({"b" + std::to_string(i), batch[i], FactorKind::kPassThrough, ReduceOp::kSum});
-  }
-  auto add = [&r](std::string name, int64_t size, FactorKind kind) {
-    r.factors.push_back({std::move(name), size, kind, ReduceOp::kSum});
-    return static_cast<int>(r.factors.size()) - 1;
-  };
-  const int fm = has_m ? add("m", m, FactorKind::kPassThrough) : kNoFactor;
-  const int fk = add("k", k, FactorKind::kContracting);
-  const int fn = has_n ? add("n", n, FactorKind::kPassThrough) : kNoFactor;
-  std::vector<int> da = AlignedDims(a.first(a_batch), batch, batch_factors);
-  std::vector<int> db = AlignedDims(b.first(b_batch), batch, batch_factors);
-  r.result_dims = batch_factors;
-  r.result_shape = batch;
-  if (has_m) {
-    da.push_back(fm);
-    r.result_dims.push_back(fm);
-    r.result_shape.push_back(m);
-  }
-  da.push_back(fk);
-  db.push_back(fk);
-  if (has_n) {
-    db.push_back(fn);
-    r.result_dims.push_back(fn);
-    r.result_shape.push_back(n);
-  }
-  r.operand_dims = {da, db};
-  r.partial_rules = {PartialRule{{ReduceOp::kSum, std::nullopt}, ReduceOp::kSum},
-                     PartialRule{{std::nullopt, ReduceOp::kSum}, ReduceOp::kSum}};
-  return r;
+  const int nb = static_cast<int>(batch.size()), ra = static_cast<int>(a.size()), rb = static_cast<int>(b.size());
+  std::vector<int64_t> out = batch;
+  if (has_m) out.push_back(m);
+  if (has_n) out.push_back(n);
+  RuleBuilder rule("matmul", {ra, rb}, out);
+  rule.AddBroadcastFactors("b", batch, std::vector<std::span<const int64_t>>{a.first(a_batch), b.first(b_batch)});
+  if (has_m) rule.AddFactor("m", m, FactorKind::kPassThrough, {ra - 2, kNoDim}, nb);
+  rule.AddFactor("k", k, FactorKind::kContracting, {ra - 1, static_cast<int>(b_batch)}, kNoDim);
+  if (has_n) rule.AddFactor("n", n, FactorKind::kPassThrough, {kNoDim, rb - 1}, has_m ? nb + 1 : nb);
+  return rule.AddPartialRule(PartialRule{{ReduceOp::kSum, std::nullopt}, ReduceOp::kSum})
+      .AddPartialRule(PartialRule{{std::nullopt, ReduceOp::kSum}, ReduceOp::kSum})
+      .Build();
 }
 
 std::string_view BinaryOpName(BinaryOp op) {
@@ -200,24 +234,19 @@ std::string_view BinaryOpName(BinaryOp op) {
 
 StatusOr<ShardingRule> BinaryRule(BinaryOp op, std::span<const int64_t> a, std::span<const int64_t> b) {
   MF_ASSIGN_OR_RETURN(std::vector<int64_t> out, BroadcastShapes(BinaryOpName(op), a, b));
-  ShardingRule r;
-  r.op = std::string(BinaryOpName(op));
-  for (size_t i = 0; i < out.size(); ++i) {
-    r.factors.push_back({"d" + std::to_string(i), out[i], FactorKind::kPassThrough, ReduceOp::kSum});
-    r.result_dims.push_back(static_cast<int>(i));
-  }
-  r.operand_dims = {AlignedDims(a, out, r.result_dims), AlignedDims(b, out, r.result_dims)};
-  r.result_shape = out;
+  RuleBuilder rule(std::string(BinaryOpName(op)), {static_cast<int>(a.size()), static_cast<int>(b.size())}, out);
+  rule.AddBroadcastFactors("d", out, std::vector<std::span<const int64_t>>{a, b});
   const ReduceOp kSum = ReduceOp::kSum;
   switch (op) {
     case BinaryOp::kAdd:
-    case BinaryOp::kSub: r.partial_rules = {PartialRule{{kSum, kSum}, kSum}}; break;
+    case BinaryOp::kSub: rule.AddPartialRule(PartialRule{{kSum, kSum}, kSum}); break;
     case BinaryOp::kMul:
-      r.partial_rules = {PartialRule{{kSum, std::nullopt}, kSum}, PartialRule{{std::nullopt, kSum}, kSum}};
+      rule.AddPartialRule(PartialRule{{kSum, std::nullopt}, kSum})
+          .AddPartialRule(PartialRule{{std::nullopt, kSum}, kSum});
       break;
-    case BinaryOp::kDiv: r.partial_rules = {PartialRule{{kSum, std::nullopt}, kSum}}; break;
+    case BinaryOp::kDiv: rule.AddPartialRule(PartialRule{{kSum, std::nullopt}, kSum}); break;
   }
-  return r;
+  return rule.Build();
 }
 
 std::string_view UnaryOpName(UnaryOp op) {
@@ -251,16 +280,10 @@ bool HasAlpha(UnaryOp op) {
 }
 
 ShardingRule UnaryRule(UnaryOp op, std::span<const int64_t> x) {
-  ShardingRule r;
-  r.op = std::string(UnaryOpName(op));
-  for (size_t i = 0; i < x.size(); ++i) {
-    r.factors.push_back({"d" + std::to_string(i), x[i], FactorKind::kPassThrough, ReduceOp::kSum});
-    r.result_dims.push_back(static_cast<int>(i));
-  }
-  r.operand_dims = {r.result_dims};
-  r.result_shape.assign(x.begin(), x.end());
-  if (IsLinear(op)) r.partial_rules = {PartialRule{{ReduceOp::kSum}, ReduceOp::kSum}};
-  return r;
+  RuleBuilder rule(std::string(UnaryOpName(op)), {static_cast<int>(x.size())}, {x.begin(), x.end()});
+  rule.AddBroadcastFactors("d", x, std::vector<std::span<const int64_t>>{x});
+  if (IsLinear(op)) rule.AddPartialRule(PartialRule{{ReduceOp::kSum}, ReduceOp::kSum});
+  return rule.Build().value();  // one factor per dim, each on its own dim: cannot fail
 }
 
 std::string_view ReduceKindName(ReduceKind kind) {
@@ -300,29 +323,23 @@ StatusOr<ShardingRule> ReduceRule(ReduceKind kind, std::span<const int64_t> x, s
   const ReduceOp op = kind == ReduceKind::kMax ? ReduceOp::kMax
                       : kind == ReduceKind::kMin ? ReduceOp::kMin
                                                  : ReduceOp::kSum;
-  ShardingRule r;
-  r.op = std::string(ReduceKindName(kind));
-  std::vector<int> in;
+  std::vector<int64_t> out;
+  std::vector<int> result_dim(x.size(), kNoDim);  // per input dim
   for (size_t i = 0; i < x.size(); ++i) {
     const bool reduced = std::find(rd.begin(), rd.end(), static_cast<int>(i)) != rd.end();
     if (reduced && x[i] == 0 && (kind == ReduceKind::kMax || kind == ReduceKind::kMin)) {
       return InvalidArgumentError(std::string(ReduceKindName(kind)) + ": reduced dim " + std::to_string(i) +
                                   " of shape " + ShapeString(x) + " has size 0 (no identity)");
     }
-    in.push_back(static_cast<int>(i));
-    r.factors.push_back({"d" + std::to_string(i), x[i],
-                         reduced ? FactorKind::kReduction : FactorKind::kPassThrough, op});
-    if (!reduced) {
-      r.result_dims.push_back(static_cast<int>(i));
-      r.result_shape.push_back(x[i]);
-    } else if (keepdim) {
-      r.result_dims.push_back(kNoFactor);
-      r.result_shape.push_back(1);
-    }
+    if (!reduced) result_dim[i] = static_cast<int>(out.size());
+    if (!reduced || keepdim) out.push_back(reduced ? 1 : x[i]);
   }
-  r.operand_dims = {in};
-  r.partial_rules = {PartialRule{{op}, op}};
-  return r;
+  RuleBuilder rule(std::string(ReduceKindName(kind)), {static_cast<int>(x.size())}, out);
+  for (size_t i = 0; i < x.size(); ++i) {
+    const FactorKind fk = result_dim[i] == kNoDim ? FactorKind::kReduction : FactorKind::kPassThrough;
+    rule.AddFactor("d" + std::to_string(i), x[i], fk, {static_cast<int>(i)}, result_dim[i], op);
+  }
+  return rule.AddPartialRule(PartialRule{{op}, op}).Build();
 }
 
 StatusOr<ShardingRule> SoftmaxRule(bool log, std::span<const int64_t> x, int dim) {
@@ -333,16 +350,12 @@ StatusOr<ShardingRule> SoftmaxRule(bool log, std::span<const int64_t> x, int dim
     return InvalidArgumentError(std::string(name) + ": dim " + std::to_string(dim) + " out of range for shape " +
                                 ShapeString(x));
   }
-  ShardingRule r;
-  r.op = name;
+  RuleBuilder rule(name, {rank}, {x.begin(), x.end()});
   for (int i = 0; i < rank; ++i) {
-    r.factors.push_back({"d" + std::to_string(i), x[i],
-                         i == d ? FactorKind::kNeedReplication : FactorKind::kPassThrough, ReduceOp::kSum});
-    r.result_dims.push_back(i);
+    rule.AddFactor("d" + std::to_string(i), x[i], i == d ? FactorKind::kNeedReplication : FactorKind::kPassThrough,
+                   {i}, i);
   }
-  r.operand_dims = {r.result_dims};
-  r.result_shape.assign(x.begin(), x.end());
-  return r;
+  return rule.Build();
 }
 
 }  // namespace meshflow

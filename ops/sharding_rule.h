@@ -47,6 +47,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "meshflow/base/status.h"
@@ -127,6 +128,58 @@ std::vector<Strategy> EnumerateStrategies(const ShardingRule& rule, int mesh_ndi
 // compute term (PropagationOptions::compute_gflops). Precondition: s is a strategy of `rule` on a
 // mesh of mesh_shape.size() dims.
 double LocalWorkPoints(const ShardingRule& rule, const Strategy& s, std::span<const int64_t> mesh_shape);
+
+// ---- RuleBuilder: how every rule of this header is built. ----
+
+// "This operand / the result has no dim carrying the factor" in RuleBuilder::AddFactor.
+inline constexpr int kNoDim = -1;
+
+// Builds one op's ShardingRule a factor at a time (Shardy's OpShardingRuleBuilder::addFactor):
+// constructed with the op's name, its operands' ranks and its result shape; each AddFactor adds a
+// factor (numbered in the order added) with its name, size and kind, and names the dim that carries
+// it in every operand and in the result (kNoDim: none). Dims that no factor names carry kNoFactor
+// (size-1 broadcast dims). Build() returns the rule, or the first misuse: an operand_dims list whose
+// length is not the number of operands, a dim out of range for its rank, or a dim named by two
+// factors (each error names the factor and the bad dim).
+//
+// Example (matmul [5,7] x [7,3] -> [5,3]: the rule MatmulRule returns):
+//   MF_ASSIGN_OR_RETURN(ShardingRule rule,
+//                       RuleBuilder("matmul", {2, 2}, {5, 3})
+//                           .AddFactor("m", 5, FactorKind::kPassThrough, {0, kNoDim}, 0)
+//                           .AddFactor("k", 7, FactorKind::kContracting, {1, 0}, kNoDim)
+//                           .AddFactor("n", 3, FactorKind::kPassThrough, {kNoDim, 1}, 1)
+//                           .AddPartialRule({{ReduceOp::kSum, std::nullopt}, ReduceOp::kSum})
+//                           .AddPartialRule({{std::nullopt, ReduceOp::kSum}, ReduceOp::kSum})
+//                           .Build());
+//   // rule == *MatmulRule(std::vector<int64_t>{5, 7}, std::vector<int64_t>{7, 3})
+class RuleBuilder {
+ public:
+  RuleBuilder(std::string op, std::vector<int> operand_ranks, std::vector<int64_t> result_shape);
+
+  // Adds a factor carried by operand o's dim operand_dims[o] (kNoDim: not by operand o) and by the
+  // result's dim result_dim (kNoDim: not by the result). `reduce_op`: the result's Partial op when
+  // a kContracting / kReduction factor is sharded.
+  RuleBuilder& AddFactor(std::string name, int64_t size, FactorKind kind, std::vector<int> operand_dims,
+                         int result_dim, ReduceOp reduce_op = ReduceOp::kSum);
+
+  // Numpy broadcasting: one pass-through factor "<prefix><i>" of size out[i] per dim i of `out`
+  // (result dim i), carried by dim j of operand o when operands[o] (operand o's leading dims,
+  // right-aligned against `out`) has the same size there (a size-1 stretched dim carries none).
+  // Operands past operands.size() carry none of these factors.
+  RuleBuilder& AddBroadcastFactors(std::string_view prefix, std::span<const int64_t> out,
+                                   std::span<const std::span<const int64_t>> operands);
+
+  RuleBuilder& AddPartialRule(PartialRule rule);
+  // {P(op), ..., P(op)} -> P(op) for sum, avg, max, min: right for ops that only move / select
+  // elements (each output element is one input element, or a fixed zero).
+  RuleBuilder& AddSelectPartialRules();
+
+  StatusOr<ShardingRule> Build() const;
+
+ private:
+  ShardingRule rule_;
+  Status error_ = Status::Ok();  // the first misuse
+};
 
 // ---- Rules of the supported ops. Errors name the op, the shapes and the bad dims. ----
 

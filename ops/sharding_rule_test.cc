@@ -8,18 +8,23 @@ namespace {
 constexpr ReduceOp kSum = ReduceOp::kSum;
 using K = MeshDimAssignment::Kind;
 
+// The rule of matmul [5,7] x [7,3], written out by hand.
+ShardingRule Matmul573() {
+  return ShardingRule{"matmul",
+                      {{"m", 5, FactorKind::kPassThrough, kSum},
+                       {"k", 7, FactorKind::kContracting, kSum},
+                       {"n", 3, FactorKind::kPassThrough, kSum}},
+                      {{0, 1}, {1, 2}},
+                      {0, 2},
+                      {5, 3},
+                      {PartialRule{{kSum, std::nullopt}, kSum}, PartialRule{{std::nullopt, kSum}, kSum}}};
+}
+
 // The whole rule is compared at once: factor sizes, kinds and every dim mapping are the contract
 // the strategy enumerator relies on.
 TEST(MatmulRule, TwoD) {
   std::vector<int64_t> a = {5, 7}, b = {7, 3};
-  ShardingRule want{"matmul",
-                    {{"m", 5, FactorKind::kPassThrough, kSum},
-                     {"k", 7, FactorKind::kContracting, kSum},
-                     {"n", 3, FactorKind::kPassThrough, kSum}},
-                    {{0, 1}, {1, 2}},
-                    {0, 2},
-                    {5, 3},
-                    {PartialRule{{kSum, std::nullopt}, kSum}, PartialRule{{std::nullopt, kSum}, kSum}}};
+  const ShardingRule want = Matmul573();
   EXPECT_EQ(*MatmulRule(a, b), want);
   EXPECT_EQ(MatmulRule(a, b)->ToString(),
             "matmul: [m,k],[k,n] -> [m,n] {m=5 pass_through, k=7 contracting(sum), n=3 pass_through}");
@@ -128,6 +133,88 @@ TEST(SoftmaxRule, DimNeedsReplication) {
   ASSERT_EQ(s.size(), 2u);
   EXPECT_EQ(s[1].ToString(), "{S(0)} -> S(0)");
   EXPECT_EQ(SoftmaxRule(true, x, 2).status().message(), "log_softmax: dim 2 out of range for shape [4,6]");
+}
+
+// RuleBuilder: rules built a factor at a time equal the hand-built ShardingRule structs.
+TEST(RuleBuilder, MatmulEqualsHandBuilt) {
+  const ShardingRule want = Matmul573();
+  // The example of the RuleBuilder comment (sharding_rule.h).
+  StatusOr<ShardingRule> got = RuleBuilder("matmul", {2, 2}, {5, 3})
+                                   .AddFactor("m", 5, FactorKind::kPassThrough, {0, kNoDim}, 0)
+                                   .AddFactor("k", 7, FactorKind::kContracting, {1, 0}, kNoDim)
+                                   .AddFactor("n", 3, FactorKind::kPassThrough, {kNoDim, 1}, 1)
+                                   .AddPartialRule({{ReduceOp::kSum, std::nullopt}, ReduceOp::kSum})
+                                   .AddPartialRule({{std::nullopt, ReduceOp::kSum}, ReduceOp::kSum})
+                                   .Build();
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(*got, want);
+  EXPECT_EQ(*got, *MatmulRule(std::vector<int64_t>{5, 7}, std::vector<int64_t>{7, 3}));
+}
+
+TEST(RuleBuilder, BroadcastAndReductionEqualHandBuilt) {
+  // [3,1] + [4] -> [3,4]: the size-1 dim of a and the missing dim of b carry no factor.
+  const std::vector<int64_t> a = {3, 1}, b = {4}, out = {3, 4};
+  ShardingRule want_add{"add",
+                        {{"d0", 3, FactorKind::kPassThrough, kSum}, {"d1", 4, FactorKind::kPassThrough, kSum}},
+                        {{0, kNoFactor}, {1}},
+                        {0, 1},
+                        {3, 4},
+                        {PartialRule{{kSum, kSum}, kSum}}};
+  StatusOr<ShardingRule> add = RuleBuilder("add", {2, 1}, out)
+                                   .AddBroadcastFactors("d", out, std::vector<std::span<const int64_t>>{a, b})
+                                   .AddPartialRule({{kSum, kSum}, kSum})
+                                   .Build();
+  ASSERT_TRUE(add.ok()) << add.status();
+  EXPECT_EQ(*add, want_add);
+  EXPECT_EQ(*add, *BinaryRule(BinaryOp::kAdd, a, b));
+
+  // max over dim 1 of [2,5], keepdim: the reduced dim is a kNoFactor result dim of size 1.
+  ShardingRule want_max{"max",
+                        {{"d0", 2, FactorKind::kPassThrough, ReduceOp::kMax},
+                         {"d1", 5, FactorKind::kReduction, ReduceOp::kMax}},
+                        {{0, 1}},
+                        {0, kNoFactor},
+                        {2, 1},
+                        {PartialRule{{ReduceOp::kMax}, ReduceOp::kMax}}};
+  StatusOr<ShardingRule> max = RuleBuilder("max", {2}, {2, 1})
+                                   .AddFactor("d0", 2, FactorKind::kPassThrough, {0}, 0, ReduceOp::kMax)
+                                   .AddFactor("d1", 5, FactorKind::kReduction, {1}, kNoDim, ReduceOp::kMax)
+                                   .AddPartialRule({{ReduceOp::kMax}, ReduceOp::kMax})
+                                   .Build();
+  ASSERT_TRUE(max.ok()) << max.status();
+  EXPECT_EQ(*max, want_max);
+  EXPECT_EQ(*max, *ReduceRule(ReduceKind::kMax, std::vector<int64_t>{2, 5}, std::vector<int>{1}, true));
+
+  // Select partial rules: {P(op), P(op)} -> P(op) for sum, avg, max, min.
+  StatusOr<ShardingRule> sel = RuleBuilder("concat", {1, 1}, {5})
+                                   .AddFactor("c0", 2, FactorKind::kNeedReplication, {0, kNoDim}, kNoDim)
+                                   .AddFactor("c1", 3, FactorKind::kNeedReplication, {kNoDim, 0}, kNoDim)
+                                   .AddFactor("c", 5, FactorKind::kNeedReplication, {kNoDim, kNoDim}, 0)
+                                   .AddSelectPartialRules()
+                                   .Build();
+  ASSERT_TRUE(sel.ok()) << sel.status();
+  const std::vector<int64_t> s0 = {2}, s1 = {3};
+  const std::vector<const std::vector<int64_t>*> shapes = {&s0, &s1};
+  EXPECT_EQ(*sel, *ConcatRule(shapes, 0));
+  ASSERT_EQ(sel->partial_rules.size(), 4u);
+  EXPECT_EQ(sel->partial_rules[1], (PartialRule{{ReduceOp::kAvg, ReduceOp::kAvg}, ReduceOp::kAvg}));
+}
+
+TEST(RuleBuilder, MisuseNamesTheBadDim) {
+  EXPECT_EQ(RuleBuilder("op", {2}, {4}).AddFactor("x", 4, FactorKind::kPassThrough, {2}, 0).Build().status().message(),
+            "op: factor 'x' names operand 0 dim 2, out of range for rank 2");
+  EXPECT_EQ(RuleBuilder("op", {2}, {4}).AddFactor("x", 4, FactorKind::kPassThrough, {0}, 1).Build().status().message(),
+            "op: factor 'x' names result dim 1, out of range for rank 1");
+  EXPECT_EQ(RuleBuilder("op", {2}, {4})
+                .AddFactor("x", 4, FactorKind::kPassThrough, {0}, 0)
+                .AddFactor("y", 4, FactorKind::kPassThrough, {0}, kNoDim)
+                .Build()
+                .status()
+                .message(),
+            "op: operand 0 dim 0 is named by factor 'x' and by factor 'y'");
+  EXPECT_EQ(
+      RuleBuilder("op", {2, 1}, {4}).AddFactor("x", 4, FactorKind::kPassThrough, {0}, 0).Build().status().message(),
+      "op: factor 'x' names 1 operand dims for 2 operands");
 }
 
 // Every strategy of 5x7 @ 7x3 on a 1-D mesh, in enumeration order.

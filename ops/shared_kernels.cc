@@ -43,13 +43,15 @@ Status CheckFloat(std::string_view op, DType t) {
                             " not supported (f32, f64, bf16 only)");
 }
 
+Status CheckSameDType(std::string_view op, const Tensor& a, const Tensor& b) {
+  if (a.dtype() == b.dtype()) return Status::Ok();
+  return InvalidArgumentError(std::string(op) + ": dtypes differ: " + std::string(DTypeName(a.dtype())) + " vs " +
+                              std::string(DTypeName(b.dtype())));
+}
+
 Status CheckSameFloat(std::string_view op, const Tensor& a, const Tensor& b) {
   MF_RETURN_IF_ERROR(CheckFloat(op, a.dtype()));
-  if (a.dtype() != b.dtype()) {
-    return InvalidArgumentError(std::string(op) + ": dtypes differ: " + std::string(DTypeName(a.dtype())) + " vs " +
-                                std::string(DTypeName(b.dtype())));
-  }
-  return Status::Ok();
+  return CheckSameDType(op, a, b);
 }
 
 Status CheckIds(std::string_view op, std::string_view what, const Tensor& ids) {
@@ -175,23 +177,30 @@ StatusOr<Tensor> Kernel(const MatmulParams&, Locals x, Env& env) {
 
 // ---- binary, unary, compare, where, expand ----
 
-StatusOr<Tensor> Kernel(const BinaryParams& p, Locals x, Env& env) {
-  const Tensor &a = *x[0], &b = *x[1];
-  const std::string_view name = BinaryOpName(p.op);
-  const bool integer = p.op != BinaryOp::kDiv && IsIntDType(a.dtype()) && a.dtype() == b.dtype();
-  if (!integer) MF_RETURN_IF_ERROR(CheckSameFloat(name, a, b));
+// Runs `body` (binary or compare; `args` has its op set) over a and b broadcast (numpy) into a new
+// tensor of a's dtype.
+StatusOr<Tensor> LaunchBroadcastPair(std::string_view name, ew::Body body, ew::BinaryArgs args, const Tensor& a,
+                                     const Tensor& b, Env& env) {
   MF_ASSIGN_OR_RETURN(std::vector<int64_t> out, BroadcastShapes(name, a.shape(), b.shape()));
   MF_ASSIGN_OR_RETURN(Tensor y, env.backend.Allocate(a.dtype(), out));
-  ew::BinaryArgs args;
   args.type = ElemOf(a.dtype());
-  args.op = p.op;
   args.a = a.raw();
   args.b = b.raw();
   args.out = y.raw();
   MF_ASSIGN_OR_RETURN(args.map,
                       MakeMap<2>(name, out, {BroadcastStrides(a.shape(), out), BroadcastStrides(b.shape(), out)}));
-  MF_RETURN_IF_ERROR(Launch(env.backend, ew::Body::kBinary, args, y.NumElements()));
+  MF_RETURN_IF_ERROR(Launch(env.backend, body, args, y.NumElements()));
   return y;
+}
+
+StatusOr<Tensor> Kernel(const BinaryParams& p, Locals x, Env& env) {
+  const Tensor &a = *x[0], &b = *x[1];
+  const std::string_view name = BinaryOpName(p.op);
+  const bool integer = p.op != BinaryOp::kDiv && IsIntDType(a.dtype()) && a.dtype() == b.dtype();
+  if (!integer) MF_RETURN_IF_ERROR(CheckSameFloat(name, a, b));
+  ew::BinaryArgs args;
+  args.op = p.op;
+  return LaunchBroadcastPair(name, ew::Body::kBinary, args, a, b, env);
 }
 
 StatusOr<Tensor> Kernel(const UnaryParams& p, Locals x, Env& env) {
@@ -206,22 +215,10 @@ StatusOr<Tensor> Kernel(const UnaryParams& p, Locals x, Env& env) {
 StatusOr<Tensor> Kernel(const CompareParams& p, Locals x, Env& env) {
   const Tensor &a = *x[0], &b = *x[1];
   const std::string_view name = CompareOpName(p.op);
-  if (a.dtype() != b.dtype()) {
-    return InvalidArgumentError(std::string(name) + ": dtypes differ: " + std::string(DTypeName(a.dtype())) + " vs " +
-                                std::string(DTypeName(b.dtype())));
-  }
-  MF_ASSIGN_OR_RETURN(std::vector<int64_t> out, BroadcastShapes(name, a.shape(), b.shape()));
-  MF_ASSIGN_OR_RETURN(Tensor y, env.backend.Allocate(a.dtype(), out));
+  MF_RETURN_IF_ERROR(CheckSameDType(name, a, b));
   ew::BinaryArgs args;
-  args.type = ElemOf(a.dtype());
   args.compare = p.op;
-  args.a = a.raw();
-  args.b = b.raw();
-  args.out = y.raw();
-  MF_ASSIGN_OR_RETURN(args.map,
-                      MakeMap<2>(name, out, {BroadcastStrides(a.shape(), out), BroadcastStrides(b.shape(), out)}));
-  MF_RETURN_IF_ERROR(Launch(env.backend, ew::Body::kCompare, args, y.NumElements()));
-  return y;
+  return LaunchBroadcastPair(name, ew::Body::kCompare, args, a, b, env);
 }
 
 StatusOr<Tensor> Kernel(const WhereParams&, Locals x, Env& env) {
