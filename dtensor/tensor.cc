@@ -296,9 +296,13 @@ std::string FormatElement(const Tensor& t, int64_t flat) {
 }
 
 std::string FormatElementJson(const Tensor& t, int64_t flat) {
-  std::string s = FormatElement(t, flat);
-  if (IsFloatDType(t.dtype()) && !std::isfinite(t.GetAsDouble(flat))) return "\"" + s + "\"";
-  return s;
+  if (!IsFloatDType(t.dtype())) return FormatElement(t, flat);
+  // f32 and bf16 widen to double exactly; the text is base/json.h's JsonDouble (std::to_chars of
+  // the double), with the non-finite values as strings instead of null.
+  const double v = t.GetAsDouble(flat);
+  if (std::isnan(v)) return "\"nan\"";
+  if (std::isinf(v)) return v > 0 ? "\"inf\"" : "\"-inf\"";
+  return ShortestChars(v);
 }
 
 }  // namespace meshflow

@@ -150,8 +150,12 @@ class Tensor {
 //              gives the same bits ("0.1" for the bf16 nearest 0.1).
 // Precondition: 0 <= flat < NumElements().
 std::string FormatElement(const Tensor& t, int64_t flat);
-// FormatElement for a JSON document: the same text for finite values; inf, -inf and nan (which
-// JSON numbers cannot express) as the strings "\"inf\"", "\"-inf\"", "\"nan\"".
+// Element `flat` for a JSON document, whose readers see every number as a double: integers as
+// FormatElement ("9007199254740993"); a floating-point element's exact value widened to double,
+// as the shortest decimal that parses back to that double (std::to_chars, as base/json.h's
+// JsonDouble): the bf16 528 is "528" (FormatElement: "5.3e+02", which a double reader reads as
+// 530), 0.1f is "0.10000000149011612" (FormatElement: "0.1"), an f64 as FormatElement. inf, -inf
+// and nan (which JSON numbers cannot express) are the strings "\"inf\"", "\"-inf\"", "\"nan\"".
 std::string FormatElementJson(const Tensor& t, int64_t flat);
 
 template <typename T>

@@ -374,6 +374,54 @@ TEST(FormatElementTest, FloatsRoundTrip) {
   }
 }
 
+// JSON readers see doubles: FormatElementJson prints a float element's exact value as a double.
+TEST(FormatElementTest, JsonPrintsTheExactValueAsADouble) {
+  Tensor bf = Tensor::Zeros(DType::kBF16, {3});
+  bf.data<BFloat16>()[0] = BFloat16(528.0f);
+  bf.data<BFloat16>()[1] = BFloat16(0.1f);
+  bf.data<BFloat16>()[2] = BFloat16(-3.0f);
+  ASSERT_EQ(static_cast<float>(bf.data<BFloat16>()[0]), 528.0f);
+  EXPECT_EQ(FormatElementJson(bf, 0), "528");
+  EXPECT_EQ(FormatElement(bf, 0), "5.3e+02");  // the shortest bf16 text: 530 to a double reader
+  EXPECT_EQ(FormatElementJson(bf, 1), "0.10009765625");
+  EXPECT_EQ(FormatElementJson(bf, 2), "-3");
+  const float inf = std::numeric_limits<float>::infinity();
+  const Tensor f32 = *Tensor::FromVector<float>(
+      {7}, {0.1f, -0.0f, 1000001.0f, 1e-45f, inf, -inf, std::numeric_limits<float>::quiet_NaN()});
+  EXPECT_EQ(FormatElementJson(f32, 0), "0.10000000149011612");
+  EXPECT_EQ(FormatElementJson(f32, 1), "-0");
+  EXPECT_EQ(FormatElementJson(f32, 2), "1000001");
+  EXPECT_EQ(FormatElementJson(f32, 3), "1.401298464324817e-45");
+  EXPECT_EQ(FormatElementJson(f32, 4), "\"inf\"");
+  EXPECT_EQ(FormatElementJson(f32, 5), "\"-inf\"");
+  EXPECT_EQ(FormatElementJson(f32, 6), "\"nan\"");
+  const Tensor f64 = *Tensor::FromVector<double>({2}, {0.1, 9007199254740993.0});
+  EXPECT_EQ(FormatElementJson(f64, 0), "0.1");
+  EXPECT_EQ(FormatElementJson(f64, 1), "9007199254740992");
+  // Every finite bf16, and random f32 bit patterns: a double reader gets exactly the element.
+  for (uint32_t bits = 0; bits < 0x10000; ++bits) {
+    BFloat16 v;
+    v.bits = static_cast<uint16_t>(bits);
+    if (!std::isfinite(static_cast<float>(v))) continue;
+    bf.data<BFloat16>()[0] = v;
+    const std::string s = FormatElementJson(bf, 0);
+    double back = 0;
+    const auto r = std::from_chars(s.data(), s.data() + s.size(), back);
+    ASSERT_EQ(r.ec, std::errc()) << s;
+    ASSERT_EQ(back, static_cast<double>(static_cast<float>(v))) << s;
+  }
+  std::mt19937_64 rng(11);
+  for (int k = 0; k < 2000; ++k) {
+    const float f = std::bit_cast<float>(static_cast<uint32_t>(rng()));
+    if (!std::isfinite(f)) continue;
+    const Tensor t = *Tensor::FromVector<float>({1}, {f});
+    const std::string s = FormatElementJson(t, 0);
+    double back = 0;
+    std::from_chars(s.data(), s.data() + s.size(), back);
+    EXPECT_EQ(back, static_cast<double>(f)) << s;
+  }
+}
+
 TEST(FormatElementTest, BFloat16ShortestThatRoundTrips) {
   Tensor t = Tensor::Zeros(DType::kBF16, {1});
   auto format = [&](float f) {

@@ -12,7 +12,10 @@
 //    "bytes_per_rank": {"params": ..., "grads": ..., "optimizer": ...}}
 // initial_loss is the loss before the first update, final_loss after the last one;
 // max_param_diff_vs_single is the largest |param - single-rank param| after the last step (f32);
-// bytes_per_rank is rank 0's Optimizer::BytesPerRank after the last step.
+// bytes_per_rank is rank 0's Optimizer::BytesPerRank after the last step. The lines are written
+// by base/json.h's JsonWriter: numbers are the shortest text that parses back to the same double
+// (a loss of 0.1f prints as 0.10000000149011612, a difference of 2^-23 as 1.1920928955078125e-07),
+// and a value that is not finite is null.
 //
 // Then (--program PLAN, default fsdp) the same training as one compiled program
 // (train/compiled_step.h: forward + backward + AdamW update, every collective inserted by the
@@ -31,11 +34,13 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "meshflow/autograd/functions.h"
 #include "meshflow/autograd/variable.h"
 #include "meshflow/base/cli.h"
+#include "meshflow/base/json.h"
 #include "meshflow/base/lcg.h"
 #include "meshflow/base/parse.h"
 #include "meshflow/runtime/redistribute.h"
@@ -313,6 +318,26 @@ double MaxDiff(const std::vector<Tensor>& a, const std::vector<Tensor>& b) {
   return d;
 }
 
+// One run's JSON line (see the header); `peak_live_bytes` only for the compiled run, which also
+// gets "mode": "compiled".
+std::string RunJson(const std::string& plan, int64_t ranks, const RunResult& r, double diff,
+                    std::optional<int64_t> peak_live_bytes) {
+  JsonWriter w(JsonStyle::kSpaced);
+  w.BeginObject();
+  w.Key("plan").String(plan);
+  if (peak_live_bytes) w.Key("mode").String("compiled");
+  w.Key("ranks").Int(ranks);
+  w.Key("initial_loss").Double(r.initial_loss);
+  w.Key("final_loss").Double(r.final_loss);
+  w.Key("max_param_diff_vs_single").Double(diff);
+  w.Key("bytes_per_rank").BeginObject();
+  w.Key("params").Int(r.bytes.params).Key("grads").Int(r.bytes.grads).Key("optimizer").Int(r.bytes.optimizer);
+  w.EndObject();
+  if (peak_live_bytes) w.Key("peak_live_bytes_per_rank").Int(*peak_live_bytes);
+  w.EndObject();
+  return *std::move(w).Finish();  // well formed by construction
+}
+
 int Main(int argc, char** argv) {
   if (HasHelpFlag(argc, argv)) {
     std::fputs(kUsage, stdout);
@@ -379,13 +404,7 @@ int Main(int argc, char** argv) {
     const double diff = single ? MaxDiff(r->params, single->params) : INFINITY;
     int64_t ranks = 1;
     for (int64_t d : plan.mesh_shape) ranks *= d;
-    std::printf(
-        "{\"plan\": \"%s\", \"ranks\": %lld, \"initial_loss\": %.9g, \"final_loss\": %.9g, "
-        "\"max_param_diff_vs_single\": %.3g, \"bytes_per_rank\": {\"params\": %lld, \"grads\": %lld, "
-        "\"optimizer\": %lld}}\n",
-        plan.name.c_str(), static_cast<long long>(ranks), r->initial_loss, r->final_loss, diff,
-        static_cast<long long>(r->bytes.params), static_cast<long long>(r->bytes.grads),
-        static_cast<long long>(r->bytes.optimizer));
+    std::printf("%s\n", RunJson(plan.name, ranks, *r, diff, std::nullopt).c_str());
     std::fflush(stdout);
     if (!check || !single) continue;
     std::vector<std::string> bad;
@@ -418,13 +437,7 @@ int Main(int argc, char** argv) {
       for (int64_t dim : plan.mesh_shape) ranks *= dim;
       std::printf("compiled training step, plan %s (forward + backward + AdamW update in one program):\n%s",
                   plan.name.c_str(), c->program.c_str());
-      std::printf(
-          "{\"plan\": \"%s\", \"mode\": \"compiled\", \"ranks\": %lld, \"initial_loss\": %.9g, \"final_loss\": %.9g, "
-          "\"max_param_diff_vs_single\": %.3g, \"bytes_per_rank\": {\"params\": %lld, \"grads\": %lld, "
-          "\"optimizer\": %lld}, \"peak_live_bytes_per_rank\": %lld}\n",
-          plan.name.c_str(), static_cast<long long>(ranks), r.initial_loss, r.final_loss, diff,
-          static_cast<long long>(r.bytes.params), static_cast<long long>(r.bytes.grads),
-          static_cast<long long>(r.bytes.optimizer), static_cast<long long>(c->peak_live_bytes));
+      std::printf("%s\n", RunJson(plan.name, ranks, r, diff, c->peak_live_bytes).c_str());
       std::fflush(stdout);
       if (!check) continue;
       std::vector<std::string> bad;
