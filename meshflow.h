@@ -43,11 +43,12 @@
 #include "meshflow/dtensor/layout.h"
 #include "meshflow/dtensor/placement.h"
 #include "meshflow/dtensor/tensor.h"
-// Plans, the cost model (Topology), the planning entry point (PlanFor) and plan printing.
-#include "meshflow/planner/cost_model.h"
+// Plans, the Topology, the planning entry point (PlanFor; its header brings the cost model) and
+// plan printing.
 #include "meshflow/planner/plan.h"
 #include "meshflow/planner/plan_format.h"
 #include "meshflow/planner/planner.h"
+#include "meshflow/planner/topology.h"
 // Communicator, RankContext, ExecutePlan, Redistribute / FullTensor, the in-process world.
 #include "meshflow/collectives/communicator.h"
 #include "meshflow/runtime/redistribute.h"

@@ -313,137 +313,164 @@ void OrderByKey(PieceList& list, Key key) {
   list = std::move(sorted);
 }
 
-}  // namespace
+// What DirectPiecesOfRank needs to know about one rank: its mesh coordinates and boxes, and the
+// mesh dims by role. The holders of a non-empty source block, in mesh order, are the ranks with
+// its coordinates on the source's sharding dims and every combination (row-major) of the replica
+// dims (those sharding no tensor dim; the source has no Partial dim): DirectTransfers'
+// holders[b], of size `replicas`.
+struct RankFrame {
+  int me = 0;  // mesh index
+  std::vector<int64_t> my_coord;
+  Box from_box, to_box;
+  std::vector<bool> shards_from;  // per mesh dim: shards the source
+  std::vector<int> replica_dims;  // mesh dims sharding no tensor dim of the source
+  std::vector<int> free_dims;     // mesh dims the target boxes do not depend on
+  int64_t replicas = 1;           // product of the replica dims' sizes
+};
 
-StatusOr<RankPieces> DirectPiecesOfRank(const Layout& from, const Layout& to, int rank) {
-  MF_RETURN_IF_ERROR(CheckDirect(from, to));
+StatusOr<RankFrame> FrameOfRank(const Layout& from, const Layout& to, int rank) {
   const DeviceMesh& mesh = from.mesh();
-  MF_ASSIGN_OR_RETURN(const int me, mesh.IndexOf(rank));
+  RankFrame f;
+  MF_ASSIGN_OR_RETURN(f.me, mesh.IndexOf(rank));
   const std::vector<int64_t>& mshape = mesh.shape();
   const int n = mesh.ndim();
   const std::vector<int64_t>& stride = mesh.strides();  // mesh index = sum coord*stride
-  std::vector<int64_t> my_coord(static_cast<size_t>(n));
-  for (int d = 0; d < n; ++d) my_coord[d] = (me / stride[d]) % mshape[d];
-  const Box from_box = from.LocalBoxAt(my_coord);
-  const Box to_box = to.LocalBoxAt(my_coord);
-  RankPieces out;
-  out.sends.tensor_rank = out.recvs.tensor_rank = from.tensor_rank();
-
-  // The holders of a non-empty source block, in mesh order, are the ranks with its coordinates on the source's sharding
-  // dims and every combination (row-major) of the replica dims (those sharding no tensor dim; the source has no Partial
-  // dim): DirectTransfers' holders[b], of size `replicas`.
-  std::vector<bool> shards_from(static_cast<size_t>(n), false), shards_to(static_cast<size_t>(n), false);
+  f.my_coord.resize(static_cast<size_t>(n));
+  for (int d = 0; d < n; ++d) f.my_coord[d] = (f.me / stride[d]) % mshape[d];
+  f.from_box = from.LocalBoxAt(f.my_coord);
+  f.to_box = to.LocalBoxAt(f.my_coord);
+  f.shards_from.assign(static_cast<size_t>(n), false);
+  std::vector<bool> shards_to(static_cast<size_t>(n), false);
   for (const std::vector<int>& order : from.shard_order()) {
-    for (int m : order) shards_from[m] = true;
+    for (int m : order) f.shards_from[m] = true;
   }
   for (const std::vector<int>& order : to.shard_order()) {
     for (int m : order) shards_to[m] = true;
   }
-  std::vector<int> replica_dims, free_dims;  // free: mesh dims the target boxes do not depend on
-  int64_t replicas = 1;
   for (int m = 0; m < n; ++m) {
-    if (!shards_from[m]) {
-      replica_dims.push_back(m);
-      replicas *= mshape[m];
+    if (!f.shards_from[m]) {
+      f.replica_dims.push_back(m);
+      f.replicas *= mshape[m];
     }
-    if (!shards_to[m]) free_dims.push_back(m);
+    if (!shards_to[m]) f.free_dims.push_back(m);
   }
-  // Non-empty source boxes at different coordinates on the sharding dims are disjoint: a rank holds the (non-empty)
-  // block of this rank iff it has this rank's coordinates on those dims.
-  PiecesScratch& scratch = Scratch();
-  std::vector<int64_t>& row = scratch.row;
-  std::vector<DimTerms>& terms = scratch.terms;
-  // Receives: every non-empty source block overlapping the target box, but the own one, from the holder at replica
-  // position me % replicas.
-  if (!to_box.empty()) {
-    TermsOf(from, to_box, stride, my_coord, shards_from, terms);
-    int64_t base = 0;  // the holder's part of the index on the replica dims
-    int64_t j = me % replicas;
-    for (size_t i = replica_dims.size(); i-- > 0;) {
-      base += (j % mshape[replica_dims[i]]) * stride[replica_dims[i]];
-      j /= mshape[replica_dims[i]];
-    }
-    const size_t count = CombinationCount(terms);
-    if (count > 0) {
-      const bool held = !from_box.empty();
-      {
-        PieceWriter writer(out.recvs, count);
-        ForEachCombination(terms, row, [&](int64_t index, bool same, const int64_t* piece) {
-          if (held && same) return;  // the own block (not empty): already held
-          writer.Push(static_cast<int>(index + base), piece);
-        });
-      }
-      OrderByKey(out.recvs, [&](int peer) -> int64_t { return mesh.rank(peer); });  // by source world rank
-    }
-  }
+  return f;
+}
 
-  // Sends: every destination whose target box overlaps the source box, that does not hold this block itself, and whose
-  // replica rule (its mesh index % replicas) picks this rank's replica position.
-  if (!from_box.empty()) {
-    TermsOf(to, from_box, stride, my_coord, shards_from, terms);
-    int64_t my_replica = 0;
-    for (int m : replica_dims) my_replica = my_replica * mshape[m] + my_coord[m];
-    // The innermost free dim L is solved, not scanned: (partial + c*stride[L]) = my_replica (mod replicas) holds for c
-    // = c0 + i*step, step = replicas / gcd(stride[L], replicas).
-    const int last_free = free_dims.empty() ? -1 : free_dims.back();
-    const int64_t a = last_free < 0 ? 0 : stride[last_free] % replicas;
-    const int64_t g = Gcd(a, replicas);  // gcd(0, R) = R
-    const int64_t step = replicas / g;
-    const int64_t a_inv = InverseMod(a / g, step);
-    std::vector<int64_t> dst(free_dims.size(), 0);  // coordinates on the free dims
-    const size_t count = CombinationCount(terms);
-    if (count > 0) {
-      {
-        // Without free dims each combination is at most one destination.
-        PieceWriter writer(out.sends, free_dims.empty() ? count : 0);
-        ForEachCombination(terms, row, [&](int64_t base, bool same, const int64_t* piece) {
-          // `same`: the destination's coordinates on the source's sharding dims that shard the target are this rank's;
-          // it holds this block when its free coordinates that shard the source are this rank's too.
-          auto visit = [&](int64_t index) {
-            if (same) {
-              bool holds = true;
-              for (size_t i = 0; i < free_dims.size() && holds; ++i) {
-                holds = !shards_from[free_dims[i]] || dst[i] == my_coord[free_dims[i]];
-              }
-              if (holds) return;
-            }
-            writer.Push(static_cast<int>(index), piece);
-          };
-          if (last_free < 0) {
-            if (replicas == 1 || base % replicas == my_replica) visit(base);
-            return;
-          }
-          // Odometer over the outer free dims.
-          const size_t outer = free_dims.size() - 1;
-          std::fill(dst.begin(), dst.end(), 0);
-          while (true) {
-            int64_t partial = base;
-            for (size_t i = 0; i < outer; ++i) partial += dst[i] * stride[free_dims[i]];
-            const int64_t b = ((my_replica - partial) % replicas + replicas) % replicas;
-            if (b % g == 0) {
-              const int64_t c0 = (b / g) % step * a_inv % step;
-              for (int64_t c = c0; c < mshape[last_free]; c += step) {
-                dst[outer] = c;
-                visit(partial + c * stride[last_free]);
-              }
-            }
-            size_t i = outer;
-            bool more = false;
-            while (i > 0) {
-              --i;
-              if (++dst[i] < mshape[free_dims[i]]) {
-                more = true;
-                break;
-              }
-              dst[i] = 0;
-            }
-            if (!more) break;
-          }
-        });
-      }
-      OrderByKey(out.sends, [](int peer) -> int64_t { return peer; });  // by destination mesh index
-    }
+// Receives: every non-empty source block overlapping the target box, but the own one, from the
+// holder at replica position me % replicas; ordered by source world rank. Non-empty source boxes
+// at different coordinates on the sharding dims are disjoint: a rank holds the (non-empty) block
+// of this rank iff it has this rank's coordinates on those dims.
+void AppendRecvs(const Layout& from, const RankFrame& f, PieceList& recvs) {
+  if (f.to_box.empty()) return;
+  const DeviceMesh& mesh = from.mesh();
+  const std::vector<int64_t>& mshape = mesh.shape();
+  const std::vector<int64_t>& stride = mesh.strides();
+  PiecesScratch& scratch = Scratch();
+  TermsOf(from, f.to_box, stride, f.my_coord, f.shards_from, scratch.terms);
+  int64_t base = 0;  // the holder's part of the index on the replica dims
+  int64_t j = f.me % f.replicas;
+  for (size_t i = f.replica_dims.size(); i-- > 0;) {
+    base += (j % mshape[f.replica_dims[i]]) * stride[f.replica_dims[i]];
+    j /= mshape[f.replica_dims[i]];
   }
+  const size_t count = CombinationCount(scratch.terms);
+  if (count == 0) return;
+  const bool held = !f.from_box.empty();
+  {
+    PieceWriter writer(recvs, count);
+    ForEachCombination(scratch.terms, scratch.row, [&](int64_t index, bool same, const int64_t* piece) {
+      if (held && same) return;  // the own block (not empty): already held
+      writer.Push(static_cast<int>(index + base), piece);
+    });
+  }
+  OrderByKey(recvs, [&](int peer) -> int64_t { return mesh.rank(peer); });  // by source world rank
+}
+
+// Sends: every destination whose target box overlaps the source box, that does not hold this
+// block itself, and whose replica rule (its mesh index % replicas) picks this rank's replica
+// position; ordered by destination mesh index.
+void AppendSends(const Layout& to, const RankFrame& f, PieceList& sends) {
+  if (f.from_box.empty()) return;
+  const std::vector<int64_t>& mshape = to.mesh().shape();
+  const std::vector<int64_t>& stride = to.mesh().strides();
+  const std::vector<int>& free_dims = f.free_dims;
+  const int64_t replicas = f.replicas;
+  PiecesScratch& scratch = Scratch();
+  TermsOf(to, f.from_box, stride, f.my_coord, f.shards_from, scratch.terms);
+  int64_t my_replica = 0;
+  for (int m : f.replica_dims) my_replica = my_replica * mshape[m] + f.my_coord[m];
+  // The innermost free dim L is solved, not scanned: (partial + c*stride[L]) = my_replica (mod
+  // replicas) holds for c = c0 + i*step, step = replicas / gcd(stride[L], replicas).
+  const int last_free = free_dims.empty() ? -1 : free_dims.back();
+  const int64_t a = last_free < 0 ? 0 : stride[last_free] % replicas;
+  const int64_t g = Gcd(a, replicas);  // gcd(0, R) = R
+  const int64_t step = replicas / g;
+  const int64_t a_inv = InverseMod(a / g, step);
+  std::vector<int64_t> dst(free_dims.size(), 0);  // coordinates on the free dims
+  const size_t count = CombinationCount(scratch.terms);
+  if (count == 0) return;
+  {
+    // Without free dims each combination is at most one destination.
+    PieceWriter writer(sends, free_dims.empty() ? count : 0);
+    ForEachCombination(scratch.terms, scratch.row, [&](int64_t base, bool same, const int64_t* piece) {
+      // `same`: the destination's coordinates on the source's sharding dims that shard the target
+      // are this rank's; it holds this block when its free coordinates that shard the source are
+      // this rank's too.
+      auto visit = [&](int64_t index) {
+        if (same) {
+          bool holds = true;
+          for (size_t i = 0; i < free_dims.size() && holds; ++i) {
+            holds = !f.shards_from[free_dims[i]] || dst[i] == f.my_coord[free_dims[i]];
+          }
+          if (holds) return;
+        }
+        writer.Push(static_cast<int>(index), piece);
+      };
+      if (last_free < 0) {
+        if (replicas == 1 || base % replicas == my_replica) visit(base);
+        return;
+      }
+      // Odometer over the outer free dims.
+      const size_t outer = free_dims.size() - 1;
+      std::fill(dst.begin(), dst.end(), 0);
+      while (true) {
+        int64_t partial = base;
+        for (size_t i = 0; i < outer; ++i) partial += dst[i] * stride[free_dims[i]];
+        const int64_t b = ((my_replica - partial) % replicas + replicas) % replicas;
+        if (b % g == 0) {
+          const int64_t c0 = (b / g) % step * a_inv % step;
+          for (int64_t c = c0; c < mshape[last_free]; c += step) {
+            dst[outer] = c;
+            visit(partial + c * stride[last_free]);
+          }
+        }
+        size_t i = outer;
+        bool more = false;
+        while (i > 0) {
+          --i;
+          if (++dst[i] < mshape[free_dims[i]]) {
+            more = true;
+            break;
+          }
+          dst[i] = 0;
+        }
+        if (!more) break;
+      }
+    });
+  }
+  OrderByKey(sends, [](int peer) -> int64_t { return peer; });  // by destination mesh index
+}
+
+}  // namespace
+
+StatusOr<RankPieces> DirectPiecesOfRank(const Layout& from, const Layout& to, int rank) {
+  MF_RETURN_IF_ERROR(CheckDirect(from, to));
+  MF_ASSIGN_OR_RETURN(const RankFrame frame, FrameOfRank(from, to, rank));
+  RankPieces out;
+  out.sends.tensor_rank = out.recvs.tensor_rank = from.tensor_rank();
+  AppendRecvs(from, frame, out.recvs);
+  AppendSends(to, frame, out.sends);
   return out;
 }
 

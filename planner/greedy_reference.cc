@@ -61,7 +61,8 @@ StatusOr<Plan> PlanGreedy(const Layout& from, const Layout& to, DType dtype, con
     return InvalidArgumentError("the greedy reference planner needs default shard orders: " + from.PlacementsString() +
                                 " -> " + to.PlacementsString());
   }
-  Plan plan{from, to, dtype, "greedy", {}, 0, {}, 0, std::nullopt};
+  if (from == to) return IdentityPlan(from, dtype, PlannerKind::kGreedy);
+  Plan plan{from, to, dtype, PlannerKind::kGreedy, {}, 0, {}, 0, std::nullopt};
   const int nd = from.mesh().ndim();
   Placements cur = from.placements();
   const Placements& dst = to.placements();

@@ -37,7 +37,7 @@
 
 namespace meshflow {
 
-// planner = "greedy"; from == to gives an empty plan.
+// planner = PlannerKind::kGreedy; from == to gives an empty plan.
 StatusOr<Plan> PlanGreedy(const Layout& from, const Layout& to, DType dtype, const Topology& topo);
 
 }  // namespace meshflow

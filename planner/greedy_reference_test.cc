@@ -23,7 +23,7 @@ struct Expected {
 void ExpectSteps(const Layout& from, const Layout& to, const std::vector<Expected>& want) {
   StatusOr<Plan> plan = PlanGreedy(from, to, DType::kF32, Topology());
   ASSERT_TRUE(plan.ok()) << plan.status();
-  EXPECT_EQ(plan->planner, "greedy");
+  EXPECT_EQ(plan->planner, PlannerKind::kGreedy);
   ASSERT_TRUE(CheckPlan(*plan).ok()) << CheckPlan(*plan);
   ASSERT_EQ(plan->steps.size(), want.size()) << PlanToText(*plan);
   for (size_t i = 0; i < want.size(); ++i) {

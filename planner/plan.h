@@ -53,6 +53,13 @@ constexpr bool IsLocalStep(StepKind kind) {
   return kind == StepKind::kLocalSlice || kind == StepKind::kLocalPartial || kind == StepKind::kLocalShardToPartial;
 }
 
+// Which planner produced a plan (Plan::planner). PlannerKindName gives its stable name, used in
+// the text and JSON plan formats and by ParsePlannerKind (planner/planner.h).
+enum class PlannerKind { kOptimal, kGreedy, kDirect };
+
+// "optimal", "greedy", "direct".
+std::string_view PlannerKindName(PlannerKind kind);
+
 struct PlanStep {
   StepKind kind;
   std::vector<int> mesh_dims;  // the group (see above)
@@ -69,10 +76,12 @@ struct Plan {
   Layout from;
   Layout to;
   DType dtype = DType::kF32;
-  std::string planner;  // "optimal", "greedy", "direct"
+  PlannerKind planner = PlannerKind::kOptimal;
   std::vector<PlanStep> steps;
   double modelled_us = 0;
-  // Modelled payload bytes each rank receives over the whole plan, in mesh().ranks() order.
+  // Modelled payload bytes each rank receives over the whole plan, in mesh().ranks() order; empty
+  // for the identity plan (from == to: no steps, every rank receives 0), which is built without
+  // per-rank tables so that it stays cheap on any mesh size.
   std::vector<int64_t> bytes_received_per_rank;
   int64_t max_bytes_received_per_rank = 0;
   // Max over ranks of LowerBoundElementsPerRank (planner/direct.h) in bytes: for Partial-free
@@ -87,6 +96,11 @@ struct Plan {
   // these); 0 for the other planners and for from == to.
   int64_t search_edges = 0;
 };
+
+// The plan from `layout` to itself by `planner`: no steps, zero modelled time and bytes, no
+// per-rank bytes (see Plan::bytes_received_per_rank), a zero lower bound unless the layout has
+// Partial placements. O(mesh dims): no per-rank pass, whatever the mesh size.
+Plan IdentityPlan(const Layout& layout, DType dtype, PlannerKind planner);
 
 }  // namespace meshflow
 

@@ -1,46 +1,18 @@
 #include "meshflow/planner/plan_format.h"
 
 #include <algorithm>
-#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <map>
 #include <set>
+#include <utility>
 #include <vector>
 
+#include "meshflow/base/json.h"
 #include "meshflow/base/strings.h"
 
 namespace meshflow {
 namespace {
-
-std::string JsonNumber(double v) {
-  if (!std::isfinite(v)) return "null";
-  char buf[64];
-  auto [p, ec] = std::to_chars(buf, buf + sizeof(buf), v);
-  if (ec != std::errc()) return "null";
-  return std::string(buf, p);
-}
-
-std::string JsonString(std::string_view s) {
-  std::string out = "\"";
-  for (char c : s) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof(buf), "\\u%04x", c);
-          out += buf;
-        } else {
-          out += c;
-        }
-    }
-  }
-  return out + "\"";
-}
 
 std::string TensorDims(const PlanStep& s) {
   if (s.kind == StepKind::kAllToAll) return std::to_string(s.tensor_dim) + "->" + std::to_string(s.dst_tensor_dim);
@@ -66,7 +38,7 @@ std::string JoinRanks(const std::vector<int>& r) {
 }  // namespace
 
 std::string PlanToText(const Plan& plan) {
-  std::string out = "plan (" + plan.planner + "): " + plan.from.PlacementsString() + " -> " +
+  std::string out = "plan (" + std::string(PlannerKindName(plan.planner)) + "): " + plan.from.PlacementsString() + " -> " +
                     plan.to.PlacementsString() + " on " + plan.from.mesh().ToString() + " shape ";
   {
     std::string shape = "[";
@@ -98,30 +70,43 @@ std::string PlanToText(const Plan& plan) {
     out += "n/a (Partial source)";
   }
   out += "\n";
-  if (plan.planner == "optimal" && !plan.proven_optimal) {
+  if (plan.planner == PlannerKind::kOptimal && !plan.proven_optimal) {
     out += "not proven optimal: the search budget ran out after " + std::to_string(plan.search_edges) +
            " edges; best plan found (never worse than greedy)\n";
   }
   return out;
 }
 
-std::string PlanToJson(const Plan& plan) {
-  std::string out = "{\"steps\":[";
-  for (size_t i = 0; i < plan.steps.size(); ++i) {
-    const PlanStep& s = plan.steps[i];
-    out += i ? "," : "";
-    out += "{\"kind\":" + JsonString(StepKindName(s.kind)) + ",\"mesh_dims\":" + ListString(s.mesh_dims) +
-           ",\"tensor_dim\":" + std::to_string(s.tensor_dim) + ",\"bytes_per_rank\":" +
-           std::to_string(s.bytes_per_rank) + "}";
+void WritePlanJsonFields(const Plan& plan, JsonWriter& w) {
+  w.Key("steps").BeginArray();
+  for (const PlanStep& s : plan.steps) {
+    w.BeginObject();
+    w.Key("kind").String(StepKindName(s.kind));
+    w.Key("mesh_dims").Ints(s.mesh_dims);
+    w.Key("tensor_dim").Int(s.tensor_dim);
+    w.Key("bytes_per_rank").Int(s.bytes_per_rank);
+    w.EndObject();
   }
-  out += "],\"modelled_us\":" + JsonNumber(plan.modelled_us);
-  out += ",\"max_bytes_received_per_rank\":" + std::to_string(plan.max_bytes_received_per_rank);
-  out += ",\"lower_bound_bytes_per_rank\":" +
-         (plan.lower_bound_bytes_per_rank ? std::to_string(*plan.lower_bound_bytes_per_rank) : std::string("null"));
-  out += ",\"planner\":" + JsonString(plan.planner);
-  out += ",\"proven_optimal\":" + std::string(plan.proven_optimal ? "true" : "false");
-  out += ",\"search_edges\":" + std::to_string(plan.search_edges) + "}";
-  return out;
+  w.EndArray();
+  w.Key("modelled_us").Double(plan.modelled_us);
+  w.Key("max_bytes_received_per_rank").Int(plan.max_bytes_received_per_rank);
+  w.Key("lower_bound_bytes_per_rank");
+  if (plan.lower_bound_bytes_per_rank.has_value()) {
+    w.Int(*plan.lower_bound_bytes_per_rank);
+  } else {
+    w.Null();
+  }
+  w.Key("planner").String(std::string(PlannerKindName(plan.planner)));
+  w.Key("proven_optimal").Bool(plan.proven_optimal);
+  w.Key("search_edges").Int(plan.search_edges);
+}
+
+std::string PlanToJson(const Plan& plan) {
+  JsonWriter w;
+  w.BeginObject();
+  WritePlanJsonFields(plan, w);
+  w.EndObject();
+  return *std::move(w).Finish();  // well formed by construction
 }
 
 std::string DrawLayout(const Layout& layout) {

@@ -16,7 +16,9 @@
 //   steps: [{kind, mesh_dims, tensor_dim, bytes_per_rank}], modelled_us,
 //   max_bytes_received_per_rank, lower_bound_bytes_per_rank (null when absent), planner,
 //   proven_optimal (true|false), search_edges
-// (for all_to_all, tensor_dim is the source dim).
+// (for all_to_all, tensor_dim is the source dim), in that order; integers exactly, modelled_us as
+// base/json.h's JsonDouble (shortest round-trip; null if not finite). WritePlanJsonFields writes
+// the same keys into an object the caller has open (dtplan adds its own keys after them).
 //
 // DrawLayout: like DTensor's visualize_sharding. For rank-1 and rank-2 tensors, a grid of the
 // distinct blocks (cut at every shard boundary), each labelled with the ranks holding it:
@@ -36,6 +38,7 @@
 
 #include <string>
 
+#include "meshflow/base/json.h"
 #include "meshflow/dtensor/layout.h"
 #include "meshflow/planner/plan.h"
 
@@ -43,6 +46,7 @@ namespace meshflow {
 
 std::string PlanToText(const Plan& plan);
 std::string PlanToJson(const Plan& plan);
+void WritePlanJsonFields(const Plan& plan, JsonWriter& w);
 std::string DrawLayout(const Layout& layout);
 
 }  // namespace meshflow

@@ -5,15 +5,6 @@
 
 namespace meshflow {
 
-std::string_view PlannerKindName(PlannerKind kind) {
-  switch (kind) {
-    case PlannerKind::kOptimal: return "optimal";
-    case PlannerKind::kGreedy: return "greedy";
-    case PlannerKind::kDirect: return "direct";
-  }
-  return "?";
-}
-
 StatusOr<PlannerKind> ParsePlannerKind(std::string_view s) {
   if (s == "optimal") return PlannerKind::kOptimal;
   if (s == "greedy") return PlannerKind::kGreedy;

@@ -29,9 +29,7 @@
 
 namespace meshflow {
 
-enum class PlannerKind { kOptimal, kGreedy, kDirect };
-
-std::string_view PlannerKindName(PlannerKind kind);  // "optimal", "greedy", "direct"
+// PlannerKind and PlannerKindName: planner/plan.h. The inverse of PlannerKindName.
 StatusOr<PlannerKind> ParsePlannerKind(std::string_view s);
 
 struct RedistributeOptions {

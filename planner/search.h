@@ -85,11 +85,11 @@ struct SearchBudget {
   friend bool operator==(const SearchBudget&, const SearchBudget&) = default;
 };
 
-// The optimal plan (planner = "optimal") within `budget`. from == to gives an empty plan.
+// The optimal plan (planner = PlannerKind::kOptimal) within `budget`. from == to gives an empty plan.
 StatusOr<Plan> PlanRedistribution(const Layout& from, const Layout& to, DType dtype, const Topology& topo,
                                   const SearchBudget& budget = {});
 
-// The direct plan (planner = "direct"): one send_recv step to the target (Partial dims of the
+// The direct plan (planner = PlannerKind::kDirect): one send_recv step to the target (Partial dims of the
 // target as Replicate), followed by one local_partial step when the target has Partial. Errors:
 // as above, plus a Partial source (reduce first).
 StatusOr<Plan> PlanDirect(const Layout& from, const Layout& to, DType dtype, const Topology& topo);

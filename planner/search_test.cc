@@ -28,10 +28,39 @@ TEST(SearchTest, IdentityIsEmpty) {
   StatusOr<Plan> plan = PlanRedistribution(a, a, DType::kF32, Topology());
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_TRUE(plan->steps.empty());
-  EXPECT_EQ(plan->planner, "optimal");
+  EXPECT_EQ(plan->planner, PlannerKind::kOptimal);
   EXPECT_EQ(plan->modelled_us, 0);
-  EXPECT_EQ(plan->bytes_received_per_rank, std::vector<int64_t>(4, 0));
+  EXPECT_TRUE(plan->bytes_received_per_rank.empty());  // the identity plan has no per-rank tables
+  EXPECT_EQ(plan->max_bytes_received_per_rank, 0);
   EXPECT_FALSE(plan->lower_bound_bytes_per_rank.has_value());
+  EXPECT_TRUE(plan->proven_optimal);
+}
+
+TEST(SearchTest, IdentityOnABillionRanksNeedsNoPerRankTables) {
+  // 2^30 ranks: a per-rank pass (8 bytes of received bytes per rank alone is 8 GiB) would not
+  // fit; every planner returns the empty plan with zero cost in O(mesh dims).
+  const DeviceMesh mesh = MakeMesh({1024, 1024, 1024});
+  for (const char* placements : {"R,R,R", "S(0),R,S(1)"}) {
+    SCOPED_TRACE(placements);
+    const Layout a = MakeLayout({1 << 12, 1 << 12}, mesh, placements);
+    StatusOr<Plan> opt = PlanRedistribution(a, a, DType::kF32, Topology());
+    StatusOr<Plan> greedy = PlanGreedy(a, a, DType::kF32, Topology());
+    StatusOr<Plan> direct = PlanDirect(a, a, DType::kF32, Topology());
+    for (const StatusOr<Plan>* p : {&opt, &greedy, &direct}) {
+      ASSERT_TRUE(p->ok()) << p->status();
+      const Plan& plan = **p;
+      EXPECT_TRUE(plan.steps.empty());
+      EXPECT_EQ(plan.modelled_us, 0);
+      EXPECT_TRUE(plan.bytes_received_per_rank.empty());
+      EXPECT_EQ(plan.max_bytes_received_per_rank, 0);
+      EXPECT_EQ(plan.lower_bound_bytes_per_rank, std::optional<int64_t>(0));
+      EXPECT_EQ(plan.search_edges, 0);
+    }
+    EXPECT_EQ(opt->planner, PlannerKind::kOptimal);
+    EXPECT_EQ(greedy->planner, PlannerKind::kGreedy);
+    EXPECT_EQ(direct->planner, PlannerKind::kDirect);
+    EXPECT_TRUE(opt->proven_optimal);
+  }
 }
 
 TEST(SearchTest, Errors) {
@@ -336,7 +365,7 @@ TEST(SearchBudgetTest, SmallBudgetOnSixDimsReturnsAValidPlanNoWorseThanGreedy) {
     SCOPED_TRACE("max_edges=" + std::to_string(max_edges));
     StatusOr<Plan> plan = PlanRedistribution(c.from, c.to, DType::kF32, topo, SearchBudget{.max_edges = max_edges});
     ASSERT_TRUE(plan.ok()) << plan.status();
-    EXPECT_EQ(plan->planner, "optimal");
+    EXPECT_EQ(plan->planner, PlannerKind::kOptimal);
     EXPECT_FALSE(plan->proven_optimal);
     // Stops before the first expansion at or past the budget: at least max_edges edges, and at
     // most one state's edges more (a 6-D state has a few hundred).
@@ -367,8 +396,9 @@ TEST(SearchBudgetTest, TimeLimitStopsTheSearch) {
 }
 
 TEST(SearchBudgetTest, FallbackWithoutGreedyUsesReduceThenDirect) {
-  // A non-default shard order: the greedy reference does not apply, so a search stopped after
-  // its first state falls back on all_reduce + send_recv (+ local_partial).
+  // A non-default shard order: the greedy reference does not apply, and the target is not one
+  // edge away, so a search stopped after its first state falls back on reduce-then-direct:
+  // all_reduce of the Partial dim, send_recv to the target without Partial, local_partial.
   const DeviceMesh mesh = MakeMesh({2, 2, 2});
   const Layout from = MakeLayout({8, 8}, mesh, "P,S(0),S(0)", "0:[2,1]");
   const Layout to = MakeLayout({8, 8}, mesh, "S(1),R,P");
@@ -376,11 +406,21 @@ TEST(SearchBudgetTest, FallbackWithoutGreedyUsesReduceThenDirect) {
   StatusOr<Plan> plan = PlanRedistribution(from, to, DType::kF32, Topology(), SearchBudget{.max_edges = 1});
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_TRUE(CheckPlan(*plan).ok()) << CheckPlan(*plan);
-  if (!plan->proven_optimal) {
-    StatusOr<Plan> exact = PlanRedistribution(from, to, DType::kF32, Topology(), SearchBudget{.max_edges = 0});
-    ASSERT_TRUE(exact.ok());
-    EXPECT_GE(CostUnits(plan->modelled_us), CostUnits(exact->modelled_us));
-  }
+  EXPECT_EQ(plan->planner, PlannerKind::kOptimal);
+  EXPECT_FALSE(plan->proven_optimal);
+  EXPECT_GE(plan->search_edges, 1);
+  std::vector<StepKind> kinds;
+  for (const PlanStep& s : plan->steps) kinds.push_back(s.kind);
+  EXPECT_EQ(kinds, (std::vector<StepKind>{StepKind::kAllReduce, StepKind::kSendRecv, StepKind::kLocalPartial}))
+      << PlanToText(*plan);
+  ASSERT_EQ(plan->steps.size(), 3u);
+  EXPECT_EQ(plan->steps[0].mesh_dims, std::vector<int>{0});
+  EXPECT_EQ(plan->steps[1].to.PlacementsString(), "S(1),R,R");
+  EXPECT_EQ(plan->steps[2].mesh_dims, std::vector<int>{2});
+  StatusOr<Plan> exact = PlanRedistribution(from, to, DType::kF32, Topology(), SearchBudget{.max_edges = 0});
+  ASSERT_TRUE(exact.ok());
+  EXPECT_TRUE(exact->proven_optimal);
+  EXPECT_GE(CostUnits(plan->modelled_us), CostUnits(exact->modelled_us));
 }
 
 TEST(SearchBudgetTest, UnlimitedAndDefaultBudgetsProveSmallCasesOptimal) {
@@ -467,7 +507,7 @@ TEST(SearchTest, DirectPlan) {
   const Layout to = MakeLayout({8, 8}, mesh, "S(1),P");
   StatusOr<Plan> plan = PlanDirect(from, to, DType::kF32, Topology());
   ASSERT_TRUE(plan.ok()) << plan.status();
-  EXPECT_EQ(plan->planner, "direct");
+  EXPECT_EQ(plan->planner, PlannerKind::kDirect);
   ASSERT_EQ(plan->steps.size(), 2u);
   EXPECT_EQ(plan->steps[0].kind, StepKind::kSendRecv);
   EXPECT_EQ(plan->steps[1].kind, StepKind::kLocalPartial);

@@ -262,127 +262,171 @@ Status ValidateStep(const PlanStep& step) {
   return Status();
 }
 
+namespace {
+
+bool IsS(const Placement& p) { return IsShard(p); }
+bool IsR(const Placement& p) { return IsReplicate(p); }
+bool IsP(const Placement& p) { return IsPartial(p); }
+
+// `a` is empty or inside `b`.
+bool Inside(const Box& a, const Box& b) { return a.empty() || Intersect(a, b) == a; }
+
+// Sum over the parts of |part ∩ target| equals |target|, with pairwise disjoint parts.
+bool Tiles(const std::vector<const Box*>& parts, const Box& target) {
+  int64_t sum = 0;
+  for (size_t a = 0; a < parts.size(); ++a) {
+    sum += Intersect(*parts[a], target).NumElements();
+    for (size_t b = 0; b < a; ++b) {
+      if (!Intersect(*parts[a], *parts[b]).empty()) return false;
+    }
+  }
+  return sum == target.NumElements();
+}
+
+// CheckStepBoxes' per-kind checks of one step, over every rank's source and target boxes.
+class StepBoxChecker {
+ public:
+  StepBoxChecker(const PlanStep& step, std::string name)
+      : step_(step),
+        name_(std::move(name)),
+        mesh_(step.from.mesh()),
+        fb_(step.from.AllLocalBoxes()),
+        tb_(step.to.AllLocalBoxes()) {}
+
+  Status Check() const {
+    switch (step_.kind) {
+      case StepKind::kAllGather:
+      case StepKind::kLocalShardToPartial: return CheckGathering();
+      case StepKind::kReduceScatter: return CheckReduceScatter();
+      case StepKind::kAllReduce: return CheckAllReduce();
+      case StepKind::kAllToAll: return CheckAllToAll();
+      case StepKind::kLocalSlice: return CheckLocalSlice();
+      case StepKind::kLocalPartial: return CheckLocalPartial();
+      case StepKind::kSendRecv:
+        if (step_.from.HasPartial() || step_.to.HasPartial()) {
+          return InvalidArgumentError(name_ + ": send_recv with Partial");
+        }
+        return Status();
+    }
+    return InvalidArgumentError(name_ + ": unknown kind");
+  }
+
+ private:
+  // Placement kinds on the step's dims.
+  bool AllDims(bool (*pred_from)(const Placement&), bool (*pred_to)(const Placement&)) const {
+    for (int m : step_.mesh_dims) {
+      if (!pred_from(step_.from.placement(m)) || !pred_to(step_.to.placement(m))) return false;
+    }
+    return true;
+  }
+  // The mesh indices of rank i's group over the step's dims.
+  StatusOr<std::vector<size_t>> GroupOf(size_t i) const {
+    MF_ASSIGN_OR_RETURN(std::vector<int> g, mesh_.Group(mesh_.ranks()[i], step_.mesh_dims));
+    std::vector<size_t> out;
+    for (int r : g) {
+      MF_ASSIGN_OR_RETURN(int idx, mesh_.IndexOf(r));
+      out.push_back(static_cast<size_t>(idx));
+    }
+    return out;
+  }
+  Status Fail(size_t i, const std::string& why) const {
+    return InvalidArgumentError(name_ + ": rank " + std::to_string(mesh_.ranks()[i]) + " " + why + " (from box " +
+                                fb_[i].ToString() + ", to box " + tb_[i].ToString() + ")");
+  }
+
+  // all_gather and local_shard_to_partial: the group's shards tile the new box (for the latter,
+  // the reduction over the group of (own shard, identity elsewhere) is the gathered value).
+  Status CheckGathering() const {
+    if (step_.kind == StepKind::kAllGather && !AllDims(IsS, IsR)) {
+      return InvalidArgumentError(name_ + ": all_gather needs S -> R on its mesh dims");
+    }
+    if (step_.kind == StepKind::kLocalShardToPartial && !AllDims(IsS, IsP)) {
+      return InvalidArgumentError(name_ + ": local_shard_to_partial needs S -> P on its mesh dims");
+    }
+    for (size_t i = 0; i < fb_.size(); ++i) {
+      MF_ASSIGN_OR_RETURN(std::vector<size_t> g, GroupOf(i));
+      std::vector<const Box*> parts;
+      for (size_t q : g) {
+        if (!Inside(fb_[q], tb_[i])) return Fail(i, "gets a member block " + fb_[q].ToString() + " outside its target");
+        parts.push_back(&fb_[q]);
+      }
+      if (!Tiles(parts, tb_[i])) return Fail(i, "is not tiled by its group's source blocks");
+    }
+    return Status();
+  }
+  Status CheckReduceScatter() const {
+    if (!AllDims(IsP, IsS)) return InvalidArgumentError(name_ + ": reduce_scatter needs P -> S on its mesh dims");
+    for (size_t i = 0; i < fb_.size(); ++i) {
+      MF_ASSIGN_OR_RETURN(std::vector<size_t> g, GroupOf(i));
+      for (size_t q : g) {
+        if (!Inside(tb_[i], fb_[q])) return Fail(i, "needs data outside member block " + fb_[q].ToString());
+      }
+    }
+    return Status();
+  }
+  Status CheckAllReduce() const {
+    if (!AllDims(IsP, IsR)) return InvalidArgumentError(name_ + ": all_reduce needs P -> R on its mesh dims");
+    for (size_t i = 0; i < fb_.size(); ++i) {
+      MF_ASSIGN_OR_RETURN(std::vector<size_t> g, GroupOf(i));
+      if (!(fb_[i] == tb_[i])) return Fail(i, "changes its box in an all_reduce");
+      for (size_t q : g) {
+        if (!(fb_[q] == fb_[i])) return Fail(i, "reduces with a member holding another box " + fb_[q].ToString());
+      }
+    }
+    return Status();
+  }
+  Status CheckAllToAll() const {
+    if (!AllDims(IsS, IsS)) return InvalidArgumentError(name_ + ": all_to_all needs S -> S on its mesh dims");
+    for (size_t i = 0; i < fb_.size(); ++i) {
+      MF_ASSIGN_OR_RETURN(std::vector<size_t> g, GroupOf(i));
+      std::vector<const Box*> parts;
+      for (size_t q : g) parts.push_back(&fb_[q]);
+      if (!Tiles(parts, tb_[i])) return Fail(i, "is not covered exactly once by its group's source blocks");
+    }
+    return Status();
+  }
+  Status CheckLocalSlice() const {
+    if (!AllDims(IsR, IsS)) return InvalidArgumentError(name_ + ": local_slice needs R -> S on its mesh dims");
+    for (size_t i = 0; i < fb_.size(); ++i) {
+      if (!Inside(tb_[i], fb_[i])) return Fail(i, "slices outside its source box");
+    }
+    return Status();
+  }
+  Status CheckLocalPartial() const {
+    if (!AllDims(IsR, IsP)) return InvalidArgumentError(name_ + ": local_partial needs R -> P on its mesh dims");
+    for (size_t i = 0; i < fb_.size(); ++i) {
+      if (!(fb_[i] == tb_[i])) return Fail(i, "changes its box in a local_partial");
+    }
+    return Status();
+  }
+
+  const PlanStep& step_;
+  const std::string name_;
+  const DeviceMesh& mesh_;
+  const std::vector<Box> fb_;
+  const std::vector<Box> tb_;
+};
+
+}  // namespace
+
 Status CheckStepBoxes(const PlanStep& step) {
   const Layout& from = step.from;
   const Layout& to = step.to;
-  const std::string name = std::string(StepKindName(step.kind)) + " step " + from.PlacementsString() + " -> " +
-                           to.PlacementsString();
+  std::string name = std::string(StepKindName(step.kind)) + " step " + from.PlacementsString() + " -> " +
+                     to.PlacementsString();
   if (!(from.mesh() == to.mesh()) || from.global_shape() != to.global_shape()) {
     return InvalidArgumentError(name + ": layouts on different meshes or shapes");
   }
-  const DeviceMesh& mesh = from.mesh();
   if (step.kind != StepKind::kSendRecv) {
     MF_RETURN_IF_ERROR(CheckMeshDims(from, step.kind, step.mesh_dims));
-    for (int m = 0; m < mesh.ndim(); ++m) {
+    for (int m = 0; m < from.mesh().ndim(); ++m) {
       const bool in = std::find(step.mesh_dims.begin(), step.mesh_dims.end(), m) != step.mesh_dims.end();
       if (!in && !SameKindPlacement(from.placement(m), to.placement(m))) {
         return InvalidArgumentError(name + ": mesh dim " + std::to_string(m) + " is not in the step but changes");
       }
     }
   }
-  // Placement kinds on the step's dims.
-  auto all_dims = [&](auto pred_from, auto pred_to) {
-    for (int m : step.mesh_dims) {
-      if (!pred_from(from.placement(m)) || !pred_to(to.placement(m))) return false;
-    }
-    return true;
-  };
-  auto is_s = [](const Placement& p) { return IsShard(p); };
-  auto is_r = [](const Placement& p) { return IsReplicate(p); };
-  auto is_p = [](const Placement& p) { return IsPartial(p); };
-  const std::vector<Box> fb = from.AllLocalBoxes();
-  const std::vector<Box> tb = to.AllLocalBoxes();
-  auto inside = [](const Box& a, const Box& b) { return a.empty() || Intersect(a, b) == a; };
-  auto group_of = [&](size_t i) -> StatusOr<std::vector<size_t>> {
-    MF_ASSIGN_OR_RETURN(std::vector<int> g, mesh.Group(mesh.ranks()[i], step.mesh_dims));
-    std::vector<size_t> out;
-    for (int r : g) {
-      MF_ASSIGN_OR_RETURN(int idx, mesh.IndexOf(r));
-      out.push_back(static_cast<size_t>(idx));
-    }
-    return out;
-  };
-  // Sum over the group of |box_q ∩ target| must equal |target| with pairwise disjoint boxes.
-  auto tiles = [](const std::vector<const Box*>& parts, const Box& target) {
-    int64_t sum = 0;
-    for (size_t a = 0; a < parts.size(); ++a) {
-      sum += Intersect(*parts[a], target).NumElements();
-      for (size_t b = 0; b < a; ++b) {
-        if (!Intersect(*parts[a], *parts[b]).empty()) return false;
-      }
-    }
-    return sum == target.NumElements();
-  };
-  auto fail = [&](size_t i, const std::string& why) {
-    return InvalidArgumentError(name + ": rank " + std::to_string(mesh.ranks()[i]) + " " + why + " (from box " +
-                                fb[i].ToString() + ", to box " + tb[i].ToString() + ")");
-  };
-  switch (step.kind) {
-    case StepKind::kAllGather:
-    case StepKind::kLocalShardToPartial:
-      if (step.kind == StepKind::kAllGather && !all_dims(is_s, is_r)) {
-        return InvalidArgumentError(name + ": all_gather needs S -> R on its mesh dims");
-      }
-      if (step.kind == StepKind::kLocalShardToPartial && !all_dims(is_s, is_p)) {
-        return InvalidArgumentError(name + ": local_shard_to_partial needs S -> P on its mesh dims");
-      }
-      // local_shard_to_partial: the group's shards tile the new box, so the reduction over the
-      // group of (own shard, identity elsewhere) is the gathered value.
-      for (size_t i = 0; i < fb.size(); ++i) {
-        MF_ASSIGN_OR_RETURN(std::vector<size_t> g, group_of(i));
-        std::vector<const Box*> parts;
-        for (size_t q : g) {
-          if (!inside(fb[q], tb[i])) return fail(i, "gets a member block " + fb[q].ToString() + " outside its target");
-          parts.push_back(&fb[q]);
-        }
-        if (!tiles(parts, tb[i])) return fail(i, "is not tiled by its group's source blocks");
-      }
-      return Status();
-    case StepKind::kReduceScatter:
-      if (!all_dims(is_p, is_s)) return InvalidArgumentError(name + ": reduce_scatter needs P -> S on its mesh dims");
-      for (size_t i = 0; i < fb.size(); ++i) {
-        MF_ASSIGN_OR_RETURN(std::vector<size_t> g, group_of(i));
-        for (size_t q : g) {
-          if (!inside(tb[i], fb[q])) return fail(i, "needs data outside member block " + fb[q].ToString());
-        }
-      }
-      return Status();
-    case StepKind::kAllReduce:
-      if (!all_dims(is_p, is_r)) return InvalidArgumentError(name + ": all_reduce needs P -> R on its mesh dims");
-      for (size_t i = 0; i < fb.size(); ++i) {
-        MF_ASSIGN_OR_RETURN(std::vector<size_t> g, group_of(i));
-        if (!(fb[i] == tb[i])) return fail(i, "changes its box in an all_reduce");
-        for (size_t q : g) {
-          if (!(fb[q] == fb[i])) return fail(i, "reduces with a member holding another box " + fb[q].ToString());
-        }
-      }
-      return Status();
-    case StepKind::kAllToAll:
-      if (!all_dims(is_s, is_s)) return InvalidArgumentError(name + ": all_to_all needs S -> S on its mesh dims");
-      for (size_t i = 0; i < fb.size(); ++i) {
-        MF_ASSIGN_OR_RETURN(std::vector<size_t> g, group_of(i));
-        std::vector<const Box*> parts;
-        for (size_t q : g) parts.push_back(&fb[q]);
-        if (!tiles(parts, tb[i])) return fail(i, "is not covered exactly once by its group's source blocks");
-      }
-      return Status();
-    case StepKind::kLocalSlice:
-      if (!all_dims(is_r, is_s)) return InvalidArgumentError(name + ": local_slice needs R -> S on its mesh dims");
-      for (size_t i = 0; i < fb.size(); ++i) {
-        if (!inside(tb[i], fb[i])) return fail(i, "slices outside its source box");
-      }
-      return Status();
-    case StepKind::kLocalPartial:
-      if (!all_dims(is_r, is_p)) return InvalidArgumentError(name + ": local_partial needs R -> P on its mesh dims");
-      for (size_t i = 0; i < fb.size(); ++i) {
-        if (!(fb[i] == tb[i])) return fail(i, "changes its box in a local_partial");
-      }
-      return Status();
-    case StepKind::kSendRecv:
-      if (from.HasPartial() || to.HasPartial()) return InvalidArgumentError(name + ": send_recv with Partial");
-      return Status();
-  }
-  return InvalidArgumentError(name + ": unknown kind");
+  return StepBoxChecker(step, std::move(name)).Check();
 }
 
 }  // namespace meshflow

@@ -10,7 +10,8 @@
 // layouts. --json prints one JSON object (see planner/plan_format.h). --execute runs the plan on
 // an in-process world with the global tensor filled by its row-major index and reports
 // `verified` and `measured_max_bytes_received_per_rank`; --dump adds every rank's offset, local
-// shape and data. Exit code 2 with a message on bad input, 1 when verification fails; --help (-h)
+// shape and data (text: FormatElement; JSON: FormatElementJson, each element's exact value as a
+// double, e.g. the bf16 528 as 528). The JSON is written by base/json.h's JsonWriter. Exit code 2 with a message on bad input, 1 when verification fails; --help (-h)
 // prints every flag and exits 0. --max-edges / --max-search-ms bound the optimal search (the plan
 // then says "not proven optimal"; JSON "proven_optimal": false). Before building the mesh (rank
 // set), before planning and before executing, dtplan estimates the memory it will need
@@ -21,12 +22,19 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <mutex>
+#include <optional>
+#include <span>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "meshflow/base/cli.h"
+#include "meshflow/base/json.h"
 #include "meshflow/base/parse.h"
+#include "meshflow/base/strings.h"
 #include "meshflow/runtime/redistribute.h"
 #include "meshflow/runtime/executor.h"
 #include "meshflow/runtime/rank_context.h"
@@ -93,14 +101,6 @@ StatusOr<double> ParseDoubleFlag(const std::string& v, const std::string& flag) 
   return d;
 }
 
-std::vector<std::string> Split(const std::string& s, char sep) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, sep)) out.push_back(item);
-  return out;
-}
-
 std::string JsonInts(std::span<const int64_t> v) {
   std::string s = "[";
   for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
@@ -165,7 +165,8 @@ constexpr int64_t kExecuteBytesPerRank = 256 * 1024;
 // and the reference it is compared with; for a Partial target every rank gathers the full tensor.
 long double EstimateBytes(const Layout& from, const Layout& to, DType dtype, const Plan* plan, bool execute) {
   const long double ranks = static_cast<long double>(from.mesh().size());
-  long double bytes = ranks * kPlanningBytesPerRank;
+  // The identity plan (from == to) is built without per-rank bookkeeping (IdentityPlan).
+  long double bytes = from == to ? 0 : ranks * kPlanningBytesPerRank;
   if (!execute) return bytes;
   const long double dsize = static_cast<long double>(DTypeSize(dtype));
   long double global = 1;
@@ -237,6 +238,144 @@ StatusOr<ExecResult> Execute(const Plan& plan, const Layout& from, const Layout&
   return res;
 }
 
+// A validated command line: what dtplan plans, executes and prints.
+struct Request {
+  Args args;
+  int64_t max_memory_mib;
+  DeviceMesh mesh;
+  std::vector<int64_t> shape;
+  DType dtype;
+  Layout from, to;
+  RedistributeOptions options;
+};
+
+std::string FlagValue(const Args& a, const std::string& name, const std::string& fallback = "") {
+  auto it = a.values.find(name);
+  return it == a.values.end() ? fallback : it->second;
+}
+
+// The error of `v`, if any, prefixed with the flag it came from.
+template <typename T>
+StatusOr<T> InFlag(StatusOr<T> v, std::string_view flag) {
+  if (!v.ok()) return v.status().WithContext(flag);
+  return v;
+}
+
+StatusOr<int64_t> MaxMemoryMiB(const Args& a) {
+  if (!a.values.count("max-memory-mib")) return kDefaultMaxMemoryMiB;
+  MF_ASSIGN_OR_RETURN(int64_t m, ParseInt64Flag(FlagValue(a, "max-memory-mib"), "--max-memory-mib"));
+  if (m < 1) return InvalidArgumentError("--max-memory-mib " + std::to_string(m) + " must be >= 1");
+  return m;
+}
+
+// The mesh of --mesh and --names (a mesh of world ranks 0..n-1 keeps no rank list, so its size
+// costs nothing here; the planning bookkeeping is checked once the layouts are known, see Run).
+// Shapes over DeviceMesh's own limit get its "is too large" error.
+StatusOr<DeviceMesh> MeshFromArgs(const Args& a, int64_t* max_memory_mib) {
+  MF_ASSIGN_OR_RETURN(std::vector<int64_t> mesh_shape, ParseIntList(FlagValue(a, "mesh"), 'x', "mesh"));
+  std::vector<std::string> names;
+  if (a.values.count("names")) {
+    for (std::string_view n : SplitString(FlagValue(a, "names"), ',')) names.emplace_back(n);
+  }
+  MF_ASSIGN_OR_RETURN(*max_memory_mib, MaxMemoryMiB(a));
+  return DeviceMesh::Create(mesh_shape, names);
+}
+
+// --topology, --planner and the search budget (--max-edges, --max-search-ms).
+StatusOr<RedistributeOptions> OptionsFromArgs(const Args& a, const DeviceMesh& mesh) {
+  RedistributeOptions options;
+  if (a.values.count("topology")) {
+    MF_ASSIGN_OR_RETURN(options.topology, InFlag(ParseTopology(FlagValue(a, "topology")), "--topology"));
+    if (Status v = options.topology.ValidateForMesh(mesh.ndim()); !v.ok()) return v.WithContext("--topology");
+  }
+  if (a.values.count("planner")) {
+    MF_ASSIGN_OR_RETURN(options.planner, InFlag(ParsePlannerKind(FlagValue(a, "planner")), "--planner"));
+  }
+  if (a.values.count("max-edges")) {
+    MF_ASSIGN_OR_RETURN(options.budget.max_edges, ParseInt64Flag(FlagValue(a, "max-edges"), "--max-edges"));
+  }
+  if (a.values.count("max-search-ms")) {
+    MF_ASSIGN_OR_RETURN(options.budget.max_ms, ParseDoubleFlag(FlagValue(a, "max-search-ms"), "--max-search-ms"));
+  }
+  MF_RETURN_IF_ERROR(options.budget.Validate());
+  return options;
+}
+
+StatusOr<Request> RequestFromArgs(Args a) {
+  int64_t max_memory_mib = kDefaultMaxMemoryMiB;
+  MF_ASSIGN_OR_RETURN(DeviceMesh mesh, MeshFromArgs(a, &max_memory_mib));
+  MF_ASSIGN_OR_RETURN(std::vector<int64_t> shape, ParseIntList(FlagValue(a, "shape"), ',', "shape"));
+  MF_ASSIGN_OR_RETURN(DType dtype, InFlag(ParseDType(FlagValue(a, "dtype", "f32")), "--dtype"));
+  MF_ASSIGN_OR_RETURN(Placements from_p, InFlag(ParsePlacements(FlagValue(a, "from")), "--from"));
+  MF_ASSIGN_OR_RETURN(Placements to_p, InFlag(ParsePlacements(FlagValue(a, "to")), "--to"));
+  MF_ASSIGN_OR_RETURN(ShardOrder from_o, InFlag(ParseShardOrder(FlagValue(a, "from-order")), "--from-order"));
+  MF_ASSIGN_OR_RETURN(ShardOrder to_o, InFlag(ParseShardOrder(FlagValue(a, "to-order")), "--to-order"));
+  MF_ASSIGN_OR_RETURN(Layout from, InFlag(Layout::Create(shape, mesh, from_p, from_o), "--from"));
+  MF_ASSIGN_OR_RETURN(Layout to, InFlag(Layout::Create(shape, mesh, to_p, to_o), "--to"));
+  MF_ASSIGN_OR_RETURN(RedistributeOptions options, OptionsFromArgs(a, mesh));
+  return Request{std::move(a), max_memory_mib, std::move(mesh), std::move(shape), dtype, std::move(from),
+                 std::move(to), options};
+}
+
+// The plan, with the memory checked before anything is allocated: the plan's bookkeeping, then
+// (the plan known) the run.
+StatusOr<std::shared_ptr<const Plan>> PlanWithinMemory(const Request& r) {
+  const bool execute = r.args.execute;
+  MF_RETURN_IF_ERROR(CheckMemory(EstimateBytes(r.from, r.to, r.dtype, nullptr, execute), r.max_memory_mib, execute));
+  MF_ASSIGN_OR_RETURN(std::shared_ptr<const Plan> plan, PlanFor(r.from, r.to, r.dtype, r.options));
+  if (execute) {
+    MF_RETURN_IF_ERROR(CheckMemory(EstimateBytes(r.from, r.to, r.dtype, plan.get(), true), r.max_memory_mib, true));
+  }
+  return plan;
+}
+
+// --json: PlanToJson's keys, then with --execute verified and
+// measured_max_bytes_received_per_rank, then with --dump "ranks" (FormatElementJson's values).
+std::string JsonReport(const Request& r, const Plan& plan, const ExecResult* exec) {
+  JsonWriter w;
+  w.BeginObject();
+  WritePlanJsonFields(plan, w);
+  if (exec != nullptr) {
+    w.Key("verified").Bool(exec->verified);
+    w.Key("measured_max_bytes_received_per_rank").Int(exec->measured_max_bytes);
+    if (r.args.dump) {
+      w.Key("ranks").BeginArray();
+      for (size_t i = 0; i < exec->locals.size(); ++i) {
+        const Tensor& t = exec->locals[i];
+        w.BeginObject();
+        w.Key("rank").Int(r.mesh.ranks()[i]);
+        w.Key("offset").Ints(exec->boxes[i].offset);
+        w.Key("local_shape").Ints(t.shape());
+        w.Key("data").BeginArray();
+        for (int64_t k = 0; k < t.NumElements(); ++k) w.Raw(FormatElementJson(t, k));
+        w.EndArray().EndObject();
+      }
+      w.EndArray();
+    }
+  }
+  w.EndObject();
+  return *std::move(w).Finish();  // well formed by construction
+}
+
+void PrintText(const Request& r, const Plan& plan, const ExecResult* exec) {
+  std::printf("redistribute %s %s: %s -> %s on %s\n", std::string(DTypeName(r.dtype)).c_str(),
+              JsonInts(r.shape).c_str(), r.from.PlacementsString().c_str(), r.to.PlacementsString().c_str(),
+              r.mesh.ToString().c_str());
+  if (r.args.show) std::printf("source:\n%s\ntarget:\n%s\n", DrawLayout(r.from).c_str(), DrawLayout(r.to).c_str());
+  std::printf("%s", PlanToText(plan).c_str());
+  if (exec == nullptr) return;
+  std::printf("executed on %d in-process ranks: verified=%s, measured max bytes received per rank=%lld\n",
+              r.mesh.size(), exec->verified ? "true" : "false", static_cast<long long>(exec->measured_max_bytes));
+  if (!r.args.dump) return;
+  for (size_t i = 0; i < exec->locals.size(); ++i) {
+    const Tensor& t = exec->locals[i];
+    std::string values;  // every element, exactly (FormatElement)
+    for (int64_t k = 0; k < t.NumElements(); ++k) values += (k ? " " : "") + FormatElement(t, k);
+    std::printf("  rank %d offset %s local_shape %s data [%s]\n", r.mesh.ranks()[i],
+                JsonInts(exec->boxes[i].offset).c_str(), JsonInts(t.shape()).c_str(), values.c_str());
+  }
+}
+
 int Run(int argc, char** argv) {
   if (HasHelpFlag(argc, argv)) {
     std::fputs(kUsage, stdout);
@@ -246,134 +385,30 @@ int Run(int argc, char** argv) {
     std::fprintf(stderr, "dtplan: %s\n", s.ToString().c_str());
     return 2;
   };
-  auto args_or = ParseArgs(argc, argv);
-  if (!args_or.ok()) {
-    std::fprintf(stderr, "dtplan: %s\n", args_or.status().message().c_str());
+  StatusOr<Args> args = ParseArgs(argc, argv);
+  if (!args.ok()) {
+    std::fprintf(stderr, "dtplan: %s\n", args.status().message().c_str());
     return 2;
   }
-  Args& a = *args_or;
-  auto mesh_shape = ParseIntList(a.values["mesh"], 'x', "mesh");
-  if (!mesh_shape.ok()) return fail(mesh_shape.status());
-  std::vector<std::string> names;
-  if (a.values.count("names")) names = Split(a.values["names"], ',');
-  // The rank set and the planning bookkeeping grow with the rank count: check them before the
-  // mesh materializes its rank list (2^30 ranks needed ~40 GB and was killed). Shapes over
-  // DeviceMesh's own limit get its "is too large" error below.
-  long double ranks = 1;
-  for (int64_t s : *mesh_shape) ranks *= static_cast<long double>(std::max<int64_t>(s, 0));
-  int64_t max_memory_mib = kDefaultMaxMemoryMiB;
-  if (a.values.count("max-memory-mib")) {
-    auto m = ParseInt64Flag(a.values["max-memory-mib"], "--max-memory-mib");
-    if (!m.ok()) return fail(m.status());
-    if (*m < 1) return fail(InvalidArgumentError("--max-memory-mib " + std::to_string(*m) + " must be >= 1"));
-    max_memory_mib = *m;
-  }
-  if (ranks <= static_cast<long double>(int64_t{1} << 30)) {
-    if (Status s = CheckMemory(ranks * kPlanningBytesPerRank, max_memory_mib, false); !s.ok()) return fail(s);
-  }
-  auto mesh = DeviceMesh::Create(*mesh_shape, names);
-  if (!mesh.ok()) return fail(mesh.status());
-  auto shape = ParseIntList(a.values["shape"], ',', "shape");
-  if (!shape.ok()) return fail(shape.status());
-  auto dtype = ParseDType(a.values.count("dtype") ? a.values["dtype"] : "f32");
-  if (!dtype.ok()) return fail(dtype.status().WithContext("--dtype"));
-  auto from_p = ParsePlacements(a.values["from"]);
-  if (!from_p.ok()) return fail(from_p.status().WithContext("--from"));
-  auto to_p = ParsePlacements(a.values["to"]);
-  if (!to_p.ok()) return fail(to_p.status().WithContext("--to"));
-  auto from_o = ParseShardOrder(a.values["from-order"]);
-  if (!from_o.ok()) return fail(from_o.status().WithContext("--from-order"));
-  auto to_o = ParseShardOrder(a.values["to-order"]);
-  if (!to_o.ok()) return fail(to_o.status().WithContext("--to-order"));
-  auto from = Layout::Create(*shape, *mesh, *from_p, *from_o);
-  if (!from.ok()) return fail(from.status().WithContext("--from"));
-  auto to = Layout::Create(*shape, *mesh, *to_p, *to_o);
-  if (!to.ok()) return fail(to.status().WithContext("--to"));
-  RedistributeOptions options;
-  if (a.values.count("topology")) {
-    auto topo = ParseTopology(a.values["topology"]);
-    if (!topo.ok()) return fail(topo.status().WithContext("--topology"));
-    if (Status v = topo->ValidateForMesh(mesh->ndim()); !v.ok()) return fail(v.WithContext("--topology"));
-    options.topology = *topo;
-  }
-  if (a.values.count("planner")) {
-    auto kind = ParsePlannerKind(a.values["planner"]);
-    if (!kind.ok()) return fail(kind.status().WithContext("--planner"));
-    options.planner = *kind;
-  }
-  if (a.values.count("max-edges")) {
-    auto n = ParseInt64Flag(a.values["max-edges"], "--max-edges");
-    if (!n.ok()) return fail(n.status());
-    options.budget.max_edges = *n;
-  }
-  if (a.values.count("max-search-ms")) {
-    auto ms = ParseDoubleFlag(a.values["max-search-ms"], "--max-search-ms");
-    if (!ms.ok()) return fail(ms.status());
-    options.budget.max_ms = *ms;
-  }
-  if (Status s = options.budget.Validate(); !s.ok()) return fail(s);
-  // Checked before anything is allocated: the plan's bookkeeping, then (the plan known) the run.
-  if (Status s = CheckMemory(EstimateBytes(*from, *to, *dtype, nullptr, a.execute), max_memory_mib, a.execute);
-      !s.ok()) {
-    return fail(s);
-  }
-  auto plan = PlanFor(*from, *to, *dtype, options);
+  StatusOr<Request> request = RequestFromArgs(*std::move(args));
+  if (!request.ok()) return fail(request.status());
+  const Request& r = *request;
+  StatusOr<std::shared_ptr<const Plan>> plan = PlanWithinMemory(r);
   if (!plan.ok()) return fail(plan.status());
-  if (a.execute) {
-    if (Status s = CheckMemory(EstimateBytes(*from, *to, *dtype, plan->get(), true), max_memory_mib, true); !s.ok()) {
-      return fail(s);
-    }
+  std::optional<ExecResult> exec;
+  if (r.args.execute) {
+    StatusOr<ExecResult> e = Execute(**plan, r.from, r.to, r.dtype);
+    if (!e.ok()) return fail(e.status());
+    exec = std::move(*e);
   }
-
-  ExecResult exec;
-  if (a.execute) {
-    auto r = Execute(**plan, *from, *to, *dtype);
-    if (!r.ok()) return fail(r.status());
-    exec = std::move(*r);
-  }
-  if (a.json) {
-    std::string json = PlanToJson(**plan);
-    if (a.execute) {
-      json.pop_back();  // '}'
-      json += ",\"verified\":" + std::string(exec.verified ? "true" : "false");
-      json += ",\"measured_max_bytes_received_per_rank\":" + std::to_string(exec.measured_max_bytes);
-      if (a.dump) {
-        json += ",\"ranks\":[";
-        for (size_t i = 0; i < exec.locals.size(); ++i) {
-          const Tensor& t = exec.locals[i];
-          json += (i ? "," : "") + std::string("{\"rank\":") + std::to_string(mesh->ranks()[i]) +
-                  ",\"offset\":" + JsonInts(exec.boxes[i].offset) + ",\"local_shape\":" + JsonInts(t.shape()) +
-                  ",\"data\":[";
-          for (int64_t k = 0; k < t.NumElements(); ++k) json += (k ? "," : "") + FormatElementJson(t, k);
-          json += "]}";
-        }
-        json += "]";
-      }
-      json += "}";
-    }
-    std::printf("%s\n", json.c_str());
+  const ExecResult* executed = exec ? &*exec : nullptr;
+  if (r.args.json) {
+    std::printf("%s\n", JsonReport(r, **plan, executed).c_str());
   } else {
-    std::printf("redistribute %s %s: %s -> %s on %s\n", std::string(DTypeName(*dtype)).c_str(),
-                JsonInts(*shape).c_str(), from->PlacementsString().c_str(), to->PlacementsString().c_str(),
-                mesh->ToString().c_str());
-    if (a.show) std::printf("source:\n%s\ntarget:\n%s\n", DrawLayout(*from).c_str(), DrawLayout(*to).c_str());
-    std::printf("%s", PlanToText(**plan).c_str());
-    if (a.execute) {
-      std::printf("executed on %d in-process ranks: verified=%s, measured max bytes received per rank=%lld\n",
-                  mesh->size(), exec.verified ? "true" : "false", static_cast<long long>(exec.measured_max_bytes));
-      if (a.dump) {
-        for (size_t i = 0; i < exec.locals.size(); ++i) {
-          const Tensor& t = exec.locals[i];
-          std::string values;  // every element, exactly (FormatElement)
-          for (int64_t k = 0; k < t.NumElements(); ++k) values += (k ? " " : "") + FormatElement(t, k);
-          std::printf("  rank %d offset %s local_shape %s data [%s]\n", mesh->ranks()[i],
-                      JsonInts(exec.boxes[i].offset).c_str(), JsonInts(t.shape()).c_str(), values.c_str());
-        }
-      }
-    }
+    PrintText(r, **plan, executed);
   }
-  if (a.execute && !exec.verified) {
-    std::fprintf(stderr, "dtplan: verification failed: %s\n", exec.first_error.c_str());
+  if (exec && !exec->verified) {
+    std::fprintf(stderr, "dtplan: verification failed: %s\n", exec->first_error.c_str());
     return 1;
   }
   return 0;

@@ -39,6 +39,12 @@ check "S(0) -> P(max) dump exits 0" $?
 echo "$out" | grep -q '"kind":"local_shard_to_partial"'; check "S(0) -> P(max) is one local step" $?
 echo "$out" | grep -q '"data":\[0,1,"-inf"\]'; check "P(max) identity dumped as the JSON string -inf" $?
 echo "$out" | grep -q '"measured_max_bytes_received_per_rank":0'; check "S(0) -> P(max) moves no byte" $?
+# JSON readers see doubles: --json --dump prints each element's exact value as a double, so the
+# bf16 528 is 528, not the shortest bf16 text 5.3e+02 (which a double reader takes for 530).
+out=$("$DTPLAN" --mesh 2 --shape 600 --dtype bf16 --from 'S(0)' --to R --json --dump)
+check "bf16 dump exits 0" $?
+echo "$out" | grep -q ',524,524,524,528,528,528,528,528,532,'; check "bf16 dump prints 528 exactly" $?
+echo "$out" | grep -q 'e+0'; check "bf16 dump has no exponent form" $((1 - $?))
 out=$("$DTPLAN" --mesh 1 --shape 2 --dtype f32 --from R --to R --dump)
 echo "$out" | grep -q 'rank 0 offset \[0\] local_shape \[2\] data \[0 1\]'; check "text dump prints every value" $?
 
@@ -145,5 +151,9 @@ bad_input "--max-memory-mib 1 --execute" "more than the limit of 1 MiB (--max-me
   --mesh 2x2 --shape 512,512 --from 'S(0),S(1)' --to 'S(1),S(0)' --execute --max-memory-mib 1
 out=$("$DTPLAN" --mesh 2x2 --shape 16777216,16777216 --from 'S(0),S(1)' --to 'S(1),S(0)' --json)
 check "planning (no --execute) a 2^48-element shape exits 0" $?
+# The identity plan needs no per-rank tables: R -> R on 2^30 ranks plans within the default limit.
+out=$("$DTPLAN" --mesh 1024x1024x1024 --shape 8 --from R,R,R --to R,R,R --json)
+check "identity plan on 2^30 ranks exits 0" $?
+echo "$out" | grep -q '"steps":\[\]'; check "identity plan on 2^30 ranks has no steps" $?
 
 [ $fails = 0 ]

@@ -39,7 +39,7 @@ Status PlanForExample(const Layout& from, const Layout& to) {
   MF_ASSIGN_OR_RETURN(std::shared_ptr<const Plan> plan, PlanFor(from, to, DType::kF32, options));
   // plan->steps: the collectives; ExecutePlan (runtime/executor.h) runs them.
 
-  EXPECT_EQ(plan->planner, "optimal");
+  EXPECT_EQ(plan->planner, PlannerKind::kOptimal);
   EXPECT_EQ(plan->from, from);
   EXPECT_EQ(plan->to, to);
   EXPECT_FALSE(plan->steps.empty());
@@ -73,7 +73,7 @@ Status SearchExample(const Layout& from, const Layout& to) {
   MF_ASSIGN_OR_RETURN(Plan plan, PlanRedistribution(from, to, DType::kF32, Topology()));
   std::cout << PlanToText(plan);   // planner/plan_format.h
 
-  EXPECT_EQ(plan.planner, "optimal");
+  EXPECT_EQ(plan.planner, PlannerKind::kOptimal);
   EXPECT_EQ(plan.steps.size(), 1u);
   return Status::Ok();
 }
