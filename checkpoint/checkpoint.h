@@ -75,13 +75,6 @@
 
 namespace meshflow {
 
-// Where a simulated crash stops a save (tests only).
-enum class SaveCrashPoint {
-  kNone,
-  kBeforeRename,    // everything written and synced into the temporary directory, no rename
-  kBetweenRenames,  // `dir` renamed to `<dir>.old`, the new directory not yet renamed into place
-};
-
 struct SaveInfo;
 
 struct SaveOptions {
@@ -92,16 +85,6 @@ struct SaveOptions {
   // need, whole, so smaller blocks mean less over-read for partial chunk reads and a larger
   // metadata file.
   int64_t checksum_block_bytes = int64_t{1} << 20;
-
-  // Fault injection (tests). fail_after_files >= 0: every rank stops after it has completely
-  // written that many files into the temporary directory (its data file, then on rank 0 the
-  // metadata file), as if it crashed: the save returns Aborted on every rank, the temporary
-  // directory stays behind and `dir` is untouched. -1 = off.
-  int fail_after_files = -1;
-  // Stops rank 0 at that point of the commit, returning Aborted on every rank.
-  SaveCrashPoint crash_point = SaveCrashPoint::kNone;
-  // Fault injection (tests): the fsync of the parent directory after the commit fails.
-  bool fail_after_commit = false;
 
   // When set, receives what the save did (each rank needs its own SaveInfo).
   SaveInfo* info = nullptr;
@@ -121,7 +104,7 @@ struct SaveInfo {
 // DTensors (same order, layouts on ctx.mesh()). Errors: empty or duplicate name, a tensor on
 // another mesh, ranks passing different tensor lists (FailedPrecondition), checksum_block_bytes
 // <= 0, `dir` exists but is not a checkpoint (FailedPrecondition), I/O errors (naming the path),
-// injected crashes (Aborted), another save of `dir` in progress (Aborted, naming the lock holder).
+// another save of `dir` in progress (Aborted, naming the lock holder).
 Status SaveCheckpoint(const std::string& dir, const std::vector<std::pair<std::string, const DTensor*>>& tensors,
                       RankContext& ctx, const SaveOptions& options = {});
 
@@ -161,13 +144,6 @@ std::string CheckpointCommitLockPath(const std::string& dir);
 // How many times a load retries when the ranks opened different checkpoints (only possible
 // where the commit lock is not shared between the ranks' hosts).
 inline constexpr int kLoadPinAttempts = 8;
-
-// Tests only: called at named points of a save or load ("save:locked", "save:data-written",
-// "save:committed", "load:pinned") with the caller's world rank. A non-OK result is injected as
-// that rank's failure at that point; at "save:committed" (rank 0) it simulates the process dying
-// after the commit: rank 0 returns it without telling the other ranks. Pass {} to remove.
-using CheckpointTestHook = std::function<Status(std::string_view point, int world_rank)>;
-void SetCheckpointTestHook(CheckpointTestHook hook);
 
 }  // namespace meshflow
 

@@ -9,6 +9,8 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -26,6 +28,7 @@
 
 #include "meshflow/base/checksum.h"
 #include "meshflow/checkpoint/format.h"
+#include "meshflow/checkpoint/testing_hooks.h"
 #include "meshflow/runtime/rank_context.h"
 #include "meshflow/collectives/threads/threads_world.h"
 #include "meshflow/dtensor/dtensor.h"
@@ -91,7 +94,7 @@ Layout MakeLayout(const Spec& s, const DeviceMesh& mesh, const std::string& plac
 
 // Saves `specs` (global values GlobalFor(seed)) from the given mesh; returns the common status.
 Status SaveSpecs(const std::string& dir, const std::vector<Spec>& specs, const DeviceMesh& mesh,
-                 const SaveOptions& options = {}, int seed = 0) {
+                 const SaveOptions& options = {}, int seed = 0, const SaveFaults& faults = {}) {
   return WorldOf(mesh.size()).Run([&](Communicator& comm) -> Status {
     MF_ASSIGN_OR_RETURN(RankContext ctx, RankContext::Create(comm, mesh));
     std::vector<DTensor> xs;
@@ -102,7 +105,7 @@ Status SaveSpecs(const std::string& dir, const std::vector<Spec>& specs, const D
     }
     std::vector<std::pair<std::string, const DTensor*>> named;
     for (size_t i = 0; i < specs.size(); ++i) named.emplace_back(specs[i].name, &xs[i]);
-    return SaveCheckpoint(dir, named, ctx, options);
+    return SaveCheckpointWithFaults(dir, named, ctx, options, faults);
   });
 }
 
@@ -429,9 +432,8 @@ TEST(CheckpointTest, CrashMidSaveKeepsThePreviousCheckpoint) {
                         Crash{-1, SaveCrashPoint::kBeforeRename}, Crash{-1, SaveCrashPoint::kBetweenRenames}}) {
     SaveOptions v2;
     v2.extra_state = "state-v2";
-    v2.fail_after_files = c.files;
-    v2.crash_point = c.point;
-    const Status st = SaveSpecs(dir, specs, Mesh2x4(), v2, /*seed=*/2);
+    const Status st =
+        SaveSpecs(dir, specs, Mesh2x4(), v2, /*seed=*/2, SaveFaults{.fail_after_files = c.files, .crash_point = c.point});
     ASSERT_FALSE(st.ok());
     EXPECT_EQ(st.code(), StatusCode::kAborted) << st;
     EXPECT_NE(st.message().find("injected crash"), std::string::npos) << st;
@@ -609,7 +611,7 @@ std::vector<std::string> TempDirsOf(const std::string& dir) {
 // on `mesh`; returns every rank's status (per-rank SaveInfo in `infos` when given).
 std::vector<Status> SaveStep(ThreadWorld& world, const std::string& dir, const DeviceMesh& mesh, int step,
                              SaveOptions options = {}, std::vector<SaveInfo>* infos = nullptr,
-                             Status* run_status = nullptr) {
+                             Status* run_status = nullptr, SaveFaults faults = {}) {
   std::vector<Status> out(static_cast<size_t>(mesh.size()));
   if (infos != nullptr) infos->assign(static_cast<size_t>(mesh.size()), SaveInfo{});
   const Status run = world.Run([&](Communicator& comm) -> Status {
@@ -624,7 +626,7 @@ std::vector<Status> SaveStep(ThreadWorld& world, const std::string& dir, const D
     o.extra_state = "step " + std::to_string(step);
     if (infos != nullptr) o.info = &(*infos)[comm.world_rank()];
     Status& mine = out[comm.world_rank()];
-    mine = SaveCheckpoint(dir, {{"w", &w}, {"step", &stp}}, ctx, o);
+    mine = SaveCheckpointWithFaults(dir, {{"w", &w}, {"step", &stp}}, ctx, o, faults);
     return mine;
   });
   if (run_status != nullptr) *run_status = run;
@@ -664,8 +666,61 @@ int EnvInt(const char* name, int fallback) {
   return v != nullptr ? std::atoi(v) : fallback;
 }
 
+// Counts the loads that overlap a save, through the test hook: a save is in progress on its
+// rank 0 from "save:locked" to "save:committed" (or until SaveStep returns), and a load overlaps
+// when its rank 0 pins the checkpoint ("load:pinned") during one. To make overlaps certain, not
+// a matter of timing, the rank 0 of every odd save waits at "save:data-written" (its data
+// written, nothing committed) until a load has pinned during that save; the wait is bounded
+// (kMaxWait), so a load that cannot overlap fails the assertion instead of hanging the test.
+class SaveLoadOverlap {
+ public:
+  // Well below the in-process world's collective timeout (30 s), which the other saver ranks wait
+  // under meanwhile.
+  static constexpr std::chrono::seconds kMaxWait{10};
+
+  Status OnHook(std::string_view point, int world_rank) {
+    if (world_rank != 0) return Status();
+    std::unique_lock<std::mutex> lock(mu_);
+    if (point == "save:locked") {
+      saving_ = true;
+      ++save_index_;
+    } else if (point == "save:committed") {
+      saving_ = false;
+    } else if (point == "load:pinned" && saving_) {
+      ++overlaps_;
+      overlapped_save_ = save_index_;
+      cv_.notify_all();
+    } else if (point == "save:data-written" && save_index_ % 2 == 1 && !gave_up_) {
+      if (!cv_.wait_for(lock, kMaxWait, [&] { return overlapped_save_ == save_index_; })) gave_up_ = true;
+    }
+    return Status();
+  }
+  void SaveReturned() {
+    std::lock_guard<std::mutex> lock(mu_);
+    saving_ = false;
+  }
+  int overlaps() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return overlaps_;
+  }
+  bool gave_up() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return gave_up_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool saving_ = false;
+  int save_index_ = 0;        // saves that took the lock so far
+  int overlapped_save_ = -1;  // the last save a load overlapped
+  int overlaps_ = 0;
+  bool gave_up_ = false;
+};
+
 // A saver replaces the checkpoint again and again while a job on another mesh loads it in a loop:
-// every load returns OK with all ranks on one step and that step's exact data. The trial size is
+// every load returns OK with all ranks on one step and that step's exact data, and loads do
+// overlap saves (SaveLoadOverlap: at least one per odd save). The trial size is
 // MF_CKPT_TRIAL_SAVES (default 12 saves); the counts are printed (bench/README.md quotes them).
 TEST(CheckpointConcurrencyTest, LoadsDuringSavesAreNeverTornNorFalselyFail) {
   const std::string dir = TestDir("concurrent");
@@ -677,6 +732,8 @@ TEST(CheckpointConcurrencyTest, LoadsDuringSavesAreNeverTornNorFalselyFail) {
   opts.checksum_block_bytes = 64;
   for (const Status& st : SaveStep(*saver, dir, save_mesh, 0, opts)) ASSERT_TRUE(st.ok()) << st;
 
+  SaveLoadOverlap overlap;
+  HookGuard guard([&](std::string_view point, int rank) { return overlap.OnHook(point, rank); });
   std::atomic<bool> saving{true};
   std::vector<Status> save_failures;
   std::thread save_thread([&] {
@@ -684,6 +741,7 @@ TEST(CheckpointConcurrencyTest, LoadsDuringSavesAreNeverTornNorFalselyFail) {
       for (const Status& st : SaveStep(*saver, dir, save_mesh, step, opts)) {
         if (!st.ok()) save_failures.push_back(st);
       }
+      overlap.SaveReturned();
     }
     saving = false;
   });
@@ -713,9 +771,12 @@ TEST(CheckpointConcurrencyTest, LoadsDuringSavesAreNeverTornNorFalselyFail) {
     seen.insert(o.steps[0]);
   }
   save_thread.join();
-  std::printf("concurrent save/load trial: %d saves, %d loads (%d during saves), %zu distinct steps loaded, "
-              "%d torn, %d DATA_LOSS, %d other errors\n",
-              saves, loads, during, seen.size(), torn, data_loss, other_errors);
+  std::printf("concurrent save/load trial: %d saves, %d loads (%d during saves, %d pinned inside a save), %zu "
+              "distinct steps loaded, %d torn, %d DATA_LOSS, %d other errors\n",
+              saves, loads, during, overlap.overlaps(), seen.size(), torn, data_loss, other_errors);
+  EXPECT_GE(overlap.overlaps(), (saves + 1) / 2) << "loads that pinned the checkpoint while a save was in progress";
+  EXPECT_FALSE(overlap.gave_up()) << "an odd save waited " << SaveLoadOverlap::kMaxWait.count()
+                                  << " s at save:data-written and no load pinned meanwhile";
   EXPECT_TRUE(save_failures.empty()) << save_failures.front();
   EXPECT_EQ(torn, 0) << first_problem;
   EXPECT_EQ(data_loss, 0) << first_problem;
@@ -768,9 +829,8 @@ TEST(CheckpointConcurrencyTest, FailedSaveRemovesItsTemporaryDirectoryAndStaleOn
   EXPECT_EQ(*LoadExtraState(dir), "step 1");
   // A crashed save leaves its temporary directory; the next save removes it (and only
   // `<dir>.tmp-<16 hex digits>` names).
-  SaveOptions crash;
-  crash.crash_point = SaveCrashPoint::kBeforeRename;
-  for (const Status& st : SaveStep(*world, dir, mesh, 3, crash)) EXPECT_EQ(st.code(), StatusCode::kAborted) << st;
+  const SaveFaults crash{.crash_point = SaveCrashPoint::kBeforeRename};
+  for (const Status& st : SaveStep(*world, dir, mesh, 3, {}, nullptr, nullptr, crash)) EXPECT_EQ(st.code(), StatusCode::kAborted) << st;
   EXPECT_EQ(TempDirsOf(dir).size(), 1u);
   fs::create_directories(dir + ".tmp-keep");
   for (const Status& st : SaveStep(*world, dir, mesh, 4, {}, &infos)) EXPECT_TRUE(st.ok()) << st;
@@ -788,9 +848,8 @@ TEST(CheckpointConcurrencyTest, SaveResultIsUnambiguousAroundTheCommit) {
   for (const SaveInfo& i : infos) EXPECT_TRUE(i.committed);
   EXPECT_EQ(infos[0].warning, "");
   // A failure after the commit point is a warning: every rank returns OK.
-  SaveOptions late;
-  late.fail_after_commit = true;
-  for (const Status& st : SaveStep(*world, dir, mesh, 2, late, &infos)) EXPECT_TRUE(st.ok()) << st;
+  const SaveFaults late{.fail_after_commit = true};
+  for (const Status& st : SaveStep(*world, dir, mesh, 2, {}, &infos, nullptr, late)) EXPECT_TRUE(st.ok()) << st;
   for (const SaveInfo& i : infos) EXPECT_TRUE(i.committed);
   EXPECT_NE(infos[0].warning.find("injected failure after the commit"), std::string::npos) << infos[0].warning;
   EXPECT_EQ(*LoadExtraState(dir), "step 2");

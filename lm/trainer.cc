@@ -13,7 +13,9 @@
 #include <vector>
 
 #include "meshflow/autograd/variable.h"
+#include "meshflow/base/json.h"
 #include "meshflow/checkpoint/checkpoint.h"
+#include "meshflow/checkpoint/testing_hooks.h"  // SetCheckpointTestHook: --crash-in-save-at-step
 #include "meshflow/runtime/redistribute.h"
 #include "meshflow/runtime/rank_context.h"
 #include "meshflow/data/loader.h"
@@ -166,6 +168,389 @@ Status TruncateLog(const std::string& path, int64_t step) {
   return Status::Ok();
 }
 
+// Owns a FILE* (nullptr: none) and closes it when destroyed.
+struct FileCloser {
+  std::FILE* f = nullptr;
+  FileCloser() = default;
+  FileCloser(const FileCloser&) = delete;
+  FileCloser& operator=(const FileCloser&) = delete;
+  ~FileCloser() {
+    if (f) std::fclose(f);
+  }
+};
+
+// Opens one of rank 0's per-step logs (named `flag` in errors): from step 0 a fresh file, on resume
+// the file cut back to the steps before `start` (TruncateLog) and appended to.
+StatusOr<std::FILE*> OpenStepLog(const std::string& path, const char* flag, int64_t start) {
+  if (start > 0) MF_RETURN_IF_ERROR(TruncateLog(path, start));
+  std::FILE* f = std::fopen(path.c_str(), start > 0 ? "a" : "w");
+  if (f == nullptr) return UnavailableError(std::string("cannot open ") + flag + " '" + path + "'");
+  return f;
+}
+
+// Fault injection (attempt 0 only): rank kill_rank raises SIGKILL before step kill_at_step.
+void MaybeKillBeforeStep(const TrainLmOptions& o, int rank, int64_t step) {
+  if (o.attempt == 0 && step == o.kill_at_step && rank == o.kill_rank) {
+    std::fprintf(stderr, "train_lm: rank %d kills itself (SIGKILL) before step %lld (fault injection)\n", rank,
+                 static_cast<long long>(step));
+    std::fflush(stderr);
+    std::raise(SIGKILL);
+  }
+}
+
+// Fault injection: rank 0 raises SIGKILL in the next checkpoint save, after its data file is
+// written and before the commit.
+void ArmCrashInSave() {
+  SetCheckpointTestHook([](std::string_view point, int world_rank) -> Status {
+    if (point == "save:data-written" && world_rank == 0) {
+      std::fprintf(stderr, "train_lm: rank 0 dies in the middle of a checkpoint save (fault injection)\n");
+      std::fflush(stderr);
+      std::raise(SIGKILL);
+    }
+    return Status::Ok();
+  });
+}
+
+// The sample log line of one step: every rank sends [row_offset, rows, ids padded with -1 to
+// `chunk`] of its batch; rank 0 checks that replicas agree and every row of the global batch of
+// `batch_size` rows is covered, and writes "step <s> epoch <e> <id0> <id1> ..." to `samples`.
+// Collective over `world`.
+Status LogSamples(Communicator& world, const RankInfo& me, const Batch& batch, int64_t chunk, int64_t batch_size,
+                  int64_t step, std::FILE* samples) {
+  std::vector<int64_t> mine(static_cast<size_t>(2 + chunk), -1);
+  mine[0] = batch.row_offset;
+  mine[1] = static_cast<int64_t>(batch.sample_indices.size());
+  for (size_t i = 0; i < batch.sample_indices.size(); ++i) mine[2 + i] = batch.sample_indices[i];
+  std::vector<int64_t> all(mine.size() * static_cast<size_t>(me.size));
+  const std::vector<int64_t> counts(static_cast<size_t>(me.size), static_cast<int64_t>(mine.size()));
+  MF_RETURN_IF_ERROR(world.AllGatherV(mine.data(), static_cast<int64_t>(mine.size()), all.data(), counts, DType::kI64));
+  if (me.rank != 0) return Status::Ok();
+  std::vector<int64_t> rows(static_cast<size_t>(batch_size), -1);
+  for (int r = 0; r < me.size; ++r) {
+    const int64_t* p = all.data() + static_cast<size_t>(r) * mine.size();
+    for (int64_t i = 0; i < p[1]; ++i) {
+      const int64_t row = p[0] + i;
+      if (row >= batch_size) continue;  // even_batches padding (not used here)
+      int64_t& slot = rows[static_cast<size_t>(row)];
+      if (slot >= 0 && slot != p[2 + i]) {
+        return InternalError("sample log: ranks disagree on row " + std::to_string(row) + " of step " +
+                             std::to_string(step) + " (" + std::to_string(slot) + " vs " + std::to_string(p[2 + i]) +
+                             ")");
+      }
+      slot = p[2 + i];
+    }
+  }
+  std::fprintf(samples, "step %lld epoch %lld", static_cast<long long>(step), static_cast<long long>(batch.epoch));
+  for (int64_t id : rows) {
+    if (id < 0) return InternalError("sample log: no rank read a row of step " + std::to_string(step));
+    std::fprintf(samples, " %lld", static_cast<long long>(id));
+  }
+  std::fprintf(samples, "\n");
+  return Status::Ok();
+}
+
+// One rank's TrainLm, in steps: Build (mesh, corpus, model under the plan, optimizer, FSDP hooks,
+// gradient reducer, schedule, loader), Restore (the newest checkpoint, if any), OpenOutputs
+// (checkpoint manager, banner, CSV and sample logs), then Run (the step loop with its checkpoints,
+// then the summary). Members are declared in build order, so they are destroyed in reverse (the
+// logs first, the rank context last). Not movable: the model and hooks refer to ctx_.
+class LmRun {
+ public:
+  LmRun(Communicator& world, const RankInfo& me, const TrainLmOptions& o, std::FILE* progress)
+      : world_(world), me_(me), o_(o), progress_(progress), lead_(me.rank == 0) {}
+  LmRun(const LmRun&) = delete;
+  LmRun& operator=(const LmRun&) = delete;
+
+  Status Build() {
+    MF_RETURN_IF_ERROR(BuildModel());
+    MF_RETURN_IF_ERROR(BuildData());
+    sum_.plan = std::string(PlanName(plan_));
+    sum_.mesh = spec_.ToString();
+    sum_.world_size = me_.size;
+    sum_.steps = o_.steps;
+    sum_.num_parameters = gpt_->NumParameters();
+    sum_.attempt = o_.attempt;
+    return Status::Ok();
+  }
+
+  // Rank 0 picks the newest complete checkpoint under ckpt_dir; every rank loads the same one.
+  Status Restore() {
+    if (o_.ckpt_dir.empty()) return Status::Ok();
+    int64_t found = -1;
+    if (lead_) {
+      MF_ASSIGN_OR_RETURN(std::optional<TrainCheckpoint> last, LatestCheckpoint(o_.ckpt_dir));
+      if (last) found = last->step;
+    }
+    MF_RETURN_IF_ERROR(world_.Broadcast(&found, 1, DType::kI64, 0));
+    if (found < 0) return Status::Ok();
+    const std::string dir = StepCheckpointDir(o_.ckpt_dir, found);
+    MF_ASSIGN_OR_RETURN(TrainState st, ReadTrainState(dir, o_.model));
+    std::vector<LoadRequest> requests;
+    for (const auto& [name, t] : tensors_) requests.push_back(LoadRequest{name, t->layout(), t->dtype()});
+    MF_ASSIGN_OR_RETURN(std::vector<DTensor> loaded, LoadTensors(dir, requests, *ctx_));
+    for (size_t i = 0; i < tensors_.size(); ++i) *tensors_[i].second = std::move(loaded[i]);
+    MF_RETURN_IF_ERROR(opt_->RestoreStepCounts(st.opt_step_count, st.opt_param_steps));
+    MF_ASSIGN_OR_RETURN(LoaderState ls, LoaderState::Parse(st.loader));
+    MF_RETURN_IF_ERROR(loader_->Restore(ls));
+    start_ = st.step;
+    sum_.start_loss = st.start_loss;
+    last_loss_ = st.last_loss;
+    sum_.resumed_from_step = st.step;
+    return Status::Ok();
+  }
+
+  Status OpenOutputs() {
+    if (!o_.ckpt_dir.empty()) {
+      MF_ASSIGN_OR_RETURN(ckpt_, CheckpointManager::Create(
+                                     {.root = o_.ckpt_dir,
+                                      .keep_last = o_.keep_last,
+                                      .async = o_.async_checkpoint && me_.concurrent_communicators}, world_, *mesh_));
+    }
+    if (lead_ && progress_) PrintBanner();
+    if (lead_ && !o_.log_csv.empty()) {
+      MF_ASSIGN_OR_RETURN(csv_.f, OpenStepLog(o_.log_csv, "--log-csv", start_));
+      if (start_ == 0) std::fprintf(csv_.f, "step,loss,lr,tokens_per_s,elapsed_s,world_size,plan\n");
+    }
+    if (lead_ && !o_.sample_log.empty()) {
+      MF_ASSIGN_OR_RETURN(samples_.f, OpenStepLog(o_.sample_log, "--sample-log", start_));
+    }
+    for (const auto& [name, t] : tensors_) const_tensors_.emplace_back(name, t);
+    return Status::Ok();
+  }
+
+  StatusOr<TrainSummary> Run() {
+    const int64_t chunk = (o_.batch_size + loader_->dp_size() - 1) / loader_->dp_size();
+    loop_start_ = Clock::now();
+    const double comm_us0 = ctx_->comm_stream().stats().busy_us;
+    const double exposed_us0 = ctx_->compute_stream().stats().wait_us;
+    for (int64_t step = start_; step < o_.steps; ++step) {
+      if (ckpt_ && step > start_ && step % o_.ckpt_every == 0) MF_RETURN_IF_ERROR(Save(step));
+      MaybeKillBeforeStep(o_, me_.rank, step);
+      const Clock::time_point d0 = Clock::now();
+      MF_ASSIGN_OR_RETURN(Batch batch, loader_->NextBatch());
+      data_wait_ += Since(d0);
+      if (!o_.sample_log.empty()) {
+        MF_RETURN_IF_ERROR(LogSamples(world_, me_, batch, chunk, o_.batch_size, step, samples_.f));
+      }
+      const double lr = schedule_->LrAt(step);
+      MF_RETURN_IF_ERROR(Step(step, std::move(batch), lr));
+      LogStep(step, lr);
+    }
+    const double loop_seconds = Since(loop_start_);
+    sum_.overlap = o_.overlap;
+    sum_.comm_seconds = (ctx_->comm_stream().stats().busy_us - comm_us0) * 1e-6;
+    sum_.exposed_comm_seconds = (ctx_->compute_stream().stats().wait_us - exposed_us0) * 1e-6;
+    sum_.exposed_comm_fraction =
+        sum_.comm_seconds > 0 ? std::min(1.0, sum_.exposed_comm_seconds / sum_.comm_seconds) : 0.0;
+    MF_RETURN_IF_ERROR(FinishCheckpoints());
+    return Summary(loop_seconds);
+  }
+
+ private:
+  int64_t tokens_per_step() const { return o_.batch_size * o_.model.seq_len; }
+
+  // Plan and mesh, the rank context, the corpus, the model laid out by the plan, the optimizer, and
+  // (FSDP plans) the block gather hooks and (overlap) the bucketed gradient reducer.
+  Status BuildModel() {
+    MF_ASSIGN_OR_RETURN(plan_, ParsePlan(o_.plan));
+    MF_ASSIGN_OR_RETURN(spec_, ResolveMesh(plan_, o_.mesh, me_.size));
+    MF_ASSIGN_OR_RETURN(mesh_, DeviceMesh::Create(spec_.shape, spec_.names));
+    if (world_.device().is_host() != o_.device.is_host()) {
+      return InvalidArgumentError("TrainLm: --device " + std::string(o_.device.is_host() ? "host" : "cuda") +
+                                  " but the world communicator's ranks are on " + world_.device().ToString());
+    }
+    MF_ASSIGN_OR_RETURN(ctx_, RankContext::Create(world_, *mesh_));
+    RankContext& ctx = *ctx_;
+    MF_ASSIGN_OR_RETURN(ds_, OpenCorpus(o_));
+    MF_ASSIGN_OR_RETURN(gpt_, Gpt::Create(o_.model, ctx));
+    MF_ASSIGN_OR_RETURN(applied_, ApplyPlan(plan_, *gpt_, ctx));
+    std::vector<ParamSpec> specs = gpt_->ParamSpecs();
+    for (size_t i = 0; i < specs.size(); ++i) specs[i].state_layout = applied_.state_layouts[i];
+    AdamWOptions adam;
+    adam.lr = o_.lr;
+    adam.weight_decay = o_.weight_decay;
+    adam.beta2 = 0.99;
+    MF_ASSIGN_OR_RETURN(opt_, AdamW::Create(specs, adam, ctx));
+    // FSDP plans gather each block's parameters around its forward (and again in backward), one
+    // block ahead with overlap, and the root's (embeddings, final norm, head) once per step; every
+    // plan reduces its gradients in buckets during Backward with overlap.
+    if (std::holds_alternative<FsdpPlan>(plan_) || std::holds_alternative<FsdpTpPlan>(plan_)) {
+      MF_ASSIGN_OR_RETURN(const int dp, mesh_->DimIndex("dp"));
+      MF_ASSIGN_OR_RETURN(fsdp_blocks_, nn::FsdpBlocks::Create(gpt_->Blocks(), {dp}, {.prefetch = o_.overlap}, ctx,
+                                                                 gpt_->RootModules()));
+      gpt_->set_block_hooks(fsdp_blocks_.get());
+    }
+    if (o_.overlap) {
+      std::vector<Variable*> leaves;
+      for (const nn::NamedParameter& p : gpt_->NamedParameters()) leaves.push_back(&p.variable);
+      MF_ASSIGN_OR_RETURN(reducer_, GradReducer::Create(leaves, *opt_,
+                                                        {.bucket_bytes = static_cast<int64_t>(o_.bucket_mb * (1 << 20))},
+                                                        ctx));
+    }
+    return Status::Ok();
+  }
+
+  // The LR schedule, the loader (dp dims from the plan), and the named tensors of a checkpoint:
+  // params and optimizer state, in this run's layouts.
+  Status BuildData() {
+    MF_ASSIGN_OR_RETURN(schedule_, WarmupCosineSchedule::Create({.base_lr = o_.lr,
+                                                                 .min_lr = std::min(o_.min_lr, o_.lr),
+                                                                 .warmup_steps = std::min(o_.warmup_steps, o_.steps),
+                                                                 .total_steps = o_.steps}));
+    DataLoaderOptions lo;
+    lo.global_batch_size = o_.batch_size;
+    lo.seed = o_.data_seed;
+    lo.shuffle = true;
+    lo.prefetch_depth = o_.prefetch;
+    if (applied_.dp_dims.empty()) {
+      lo.replicate_batch = true;
+    } else {
+      for (const std::string& d : applied_.dp_dims) lo.dp_dims.emplace_back(d);
+    }
+    MF_ASSIGN_OR_RETURN(loader_, DataLoader::Create(ds_, *mesh_, me_.rank, lo));
+    const std::vector<nn::NamedParameter> params = gpt_->NamedParameters();
+    for (const nn::NamedParameter& p : params) {
+      tensors_.emplace_back("param/" + p.name, p.variable.mutable_leaf_value());
+    }
+    for (const StateTensor& s : opt_->StateTensors()) tensors_.emplace_back("optim/" + s.name, s.tensor);
+    return Status::Ok();
+  }
+
+  void PrintBanner() {
+    std::fprintf(progress_,
+                 "train_lm: plan %s on mesh %s (%d ranks), %lld params (%s), corpus %s: %lld sequences of %lld tokens, "
+                 "batch %lld; %s%s\n",
+                 sum_.plan.c_str(), sum_.mesh.c_str(), me_.size, static_cast<long long>(sum_.num_parameters),
+                 o_.model.ToString().c_str(), o_.corpus.c_str(), static_cast<long long>(ds_->size()),
+                 static_cast<long long>(o_.model.seq_len + 1), static_cast<long long>(o_.batch_size),
+                 start_ > 0 ? ("resumed from step " + std::to_string(start_) + " of " + o_.ckpt_dir).c_str()
+                            : "starting from step 0",
+                 !ckpt_                     ? ""
+                 : ckpt_->options().async ? "; checkpoints written in the background"
+                                          : "; checkpoints written synchronously");
+    std::fflush(progress_);
+  }
+
+  // One training step on `batch` at learning rate `lr`: forward, backward, gradient reduction,
+  // optimizer update; sets last_loss_ (and the run's start loss at step 0).
+  Status Step(int64_t step, Batch batch, double lr) {
+    RankContext& ctx = *ctx_;
+    MF_RETURN_IF_ERROR(opt_->set_lr(lr));
+    MF_ASSIGN_OR_RETURN(DTensor tokens, OnRankDevice(std::move(batch.data), ctx));  // a GPU rank's batch: copied
+    MF_ASSIGN_OR_RETURN(Variable loss, gpt_->Loss(tokens, ctx));
+    MF_RETURN_IF_ERROR(Backward(loss, ctx));
+    if (reducer_) MF_RETURN_IF_ERROR(reducer_->Finish(ctx));
+    if (fsdp_blocks_) MF_RETURN_IF_ERROR(fsdp_blocks_->Finish(ctx));
+    const std::vector<const DTensor*> grads = gpt_->Grads();
+    MF_RETURN_IF_ERROR(opt_->Step(grads, ctx, {.max_grad_norm = o_.max_grad_norm}));
+    gpt_->ZeroGrad();
+    MF_ASSIGN_OR_RETURN(Tensor lv, FullTensor(loss.value(), ctx));
+    MF_ASSIGN_OR_RETURN(lv, OnHost(std::move(lv)));
+    last_loss_ = lv.GetAsDouble(0);
+    if (!std::isfinite(last_loss_)) {
+      return InternalError("the loss is not finite at step " + std::to_string(step) + " (lower --lr?)");
+    }
+    if (step == 0) sum_.start_loss = last_loss_;
+    return Status::Ok();
+  }
+
+  // Rank 0's output after a step: the CSV row, and every print_every steps (and after the last)
+  // the progress line.
+  void LogStep(int64_t step, double lr) {
+    const double elapsed = Since(loop_start_);
+    const int64_t done = step + 1 - start_;
+    const double tps = static_cast<double>(done * tokens_per_step()) / std::max(elapsed, 1e-9);
+    if (csv_.f) {
+      std::fprintf(csv_.f, "%lld,%.6f,%.6g,%.1f,%.3f,%d,%s\n", static_cast<long long>(step), last_loss_, lr, tps,
+                   elapsed, me_.size, sum_.plan.c_str());
+      std::fflush(csv_.f);
+    }
+    if (samples_.f) std::fflush(samples_.f);
+    if (lead_ && progress_ && o_.print_every > 0 && ((step + 1) % o_.print_every == 0 || step + 1 == o_.steps)) {
+      const double eta = elapsed / static_cast<double>(done) * static_cast<double>(o_.steps - step - 1);
+      std::fprintf(progress_, "step %lld/%lld  loss %.4f  lr %.2e  %.0f tok/s  eta %.0f s\n",
+                   static_cast<long long>(step + 1), static_cast<long long>(o_.steps), last_loss_, lr, tps, eta);
+      std::fflush(progress_);
+    }
+  }
+
+  // What a checkpoint carries besides tensors, as of the start of `step`.
+  std::string TrainStateText(int64_t step) const {
+    TrainState st;
+    st.step = step;
+    st.start_loss = sum_.start_loss;
+    st.last_loss = last_loss_;
+    st.opt_step_count = opt_->step_count();
+    for (int i = 0; i < opt_->num_params(); ++i) st.opt_param_steps.push_back(opt_->param_step(i));
+    st.loader = loader_->state().ToString();
+    st.model = o_.model.ToString();
+    return st.ToString();
+  }
+
+  // Saves the checkpoint of `step` (snapshot; written in the background with async), counting the
+  // time spent as checkpoint stall.
+  Status Save(int64_t step) {
+    if (o_.attempt == 0 && step == o_.crash_in_save_at_step) ArmCrashInSave();
+    const Clock::time_point t0 = Clock::now();
+    const Status s = ckpt_->Save(step, const_tensors_, TrainStateText(step));
+    stall_ += Since(t0);
+    return s;
+  }
+
+  // After the loop: the final checkpoint (when this attempt ran steps) and the wait for every save.
+  Status FinishCheckpoints() {
+    if (!ckpt_) return Status::Ok();
+    if (start_ < o_.steps) MF_RETURN_IF_ERROR(Save(o_.steps));
+    const Clock::time_point t0 = Clock::now();
+    MF_RETURN_IF_ERROR(ckpt_->Wait());
+    stall_ += Since(t0);
+    sum_.checkpoints_saved = ckpt_->stats().saves;
+    return Status::Ok();
+  }
+
+  TrainSummary Summary(double loop_seconds) {
+    sum_.final_loss = last_loss_;
+    sum_.steps_this_attempt = o_.steps - start_;
+    if (sum_.steps_this_attempt > 0) {
+      sum_.tokens_per_s =
+          static_cast<double>(sum_.steps_this_attempt * tokens_per_step()) / std::max(loop_seconds, 1e-9);
+      sum_.step_seconds = loop_seconds / static_cast<double>(sum_.steps_this_attempt);
+      sum_.loader_wait_fraction = data_wait_ / std::max(loop_seconds, 1e-9);
+      sum_.checkpoint_stall_fraction = stall_ / std::max(loop_seconds, 1e-9);
+    }
+    return sum_;
+  }
+
+  Communicator& world_;
+  const RankInfo& me_;
+  const TrainLmOptions& o_;
+  std::FILE* const progress_;
+  const bool lead_;
+  PlanKind plan_;
+  MeshSpec spec_;
+  std::optional<DeviceMesh> mesh_;
+  std::optional<RankContext> ctx_;
+  std::shared_ptr<TokenFileDataset> ds_;
+  std::unique_ptr<Gpt> gpt_;
+  AppliedPlan applied_;
+  std::unique_ptr<Optimizer> opt_;
+  std::unique_ptr<nn::FsdpBlocks> fsdp_blocks_;
+  std::unique_ptr<GradReducer> reducer_;
+  std::optional<WarmupCosineSchedule> schedule_;
+  std::unique_ptr<DataLoader> loader_;
+  std::vector<std::pair<std::string, DTensor*>> tensors_;  // checkpoint names -> params, optimizer state
+  TrainSummary sum_;
+  int64_t start_ = 0;  // first step of this attempt (the restored checkpoint's)
+  double last_loss_ = 0;
+  std::unique_ptr<CheckpointManager> ckpt_;
+  FileCloser csv_;
+  FileCloser samples_;
+  std::vector<std::pair<std::string, const DTensor*>> const_tensors_;
+  Clock::time_point loop_start_;
+  double data_wait_ = 0;  // seconds in the loader's NextBatch
+  double stall_ = 0;      // seconds in CheckpointManager::Save/Wait
+};
+
 }  // namespace
 
 Status ValidateTrainLm(const TrainLmOptions& o, int world_size) {
@@ -185,294 +570,29 @@ Status ValidateTrainLm(const TrainLmOptions& o, int world_size) {
 }
 
 std::string SummaryJson(const TrainSummary& s) {
-  char buf[1024];
-  std::snprintf(buf, sizeof(buf),
-                "{\"start_loss\": %.6f, \"final_loss\": %.6f, \"tokens_per_s\": %.1f, \"steps\": %lld, "
-                "\"plan\": \"%s\", \"world_size\": %d, \"mesh\": \"%s\", \"resumed_from_step\": %lld, "
-                "\"steps_this_attempt\": %lld, \"num_parameters\": %lld, \"step_seconds\": %.6f, "
-                "\"loader_wait_fraction\": %.5f, \"checkpoint_stall_fraction\": %.5f, \"checkpoints_saved\": %d, \"attempt\": %d, "
-                "\"overlap\": %s, \"comm_seconds\": %.6f, \"exposed_comm_seconds\": %.6f, \"exposed_comm_fraction\": %.5f}",
-                s.start_loss, s.final_loss, s.tokens_per_s, static_cast<long long>(s.steps), s.plan.c_str(),
-                s.world_size, s.mesh.c_str(), static_cast<long long>(s.resumed_from_step),
-                static_cast<long long>(s.steps_this_attempt), static_cast<long long>(s.num_parameters), s.step_seconds,
-                s.loader_wait_fraction, s.checkpoint_stall_fraction, s.checkpoints_saved, s.attempt,
-                s.overlap ? "true" : "false", s.comm_seconds, s.exposed_comm_seconds, s.exposed_comm_fraction);
-  return buf;
+  JsonWriter w(JsonStyle::kSpaced);  // ", " and ": " between items, as the scripts' field() expects
+  w.BeginObject();
+  w.Key("start_loss").Double(s.start_loss).Key("final_loss").Double(s.final_loss);
+  w.Key("tokens_per_s").Double(s.tokens_per_s).Key("steps").Int(s.steps);
+  w.Key("plan").String(s.plan).Key("world_size").Int(s.world_size).Key("mesh").String(s.mesh);
+  w.Key("resumed_from_step").Int(s.resumed_from_step).Key("steps_this_attempt").Int(s.steps_this_attempt);
+  w.Key("num_parameters").Int(s.num_parameters).Key("step_seconds").Double(s.step_seconds);
+  w.Key("loader_wait_fraction").Double(s.loader_wait_fraction);
+  w.Key("checkpoint_stall_fraction").Double(s.checkpoint_stall_fraction);
+  w.Key("checkpoints_saved").Int(s.checkpoints_saved).Key("attempt").Int(s.attempt);
+  w.Key("overlap").Bool(s.overlap).Key("comm_seconds").Double(s.comm_seconds);
+  w.Key("exposed_comm_seconds").Double(s.exposed_comm_seconds);
+  w.Key("exposed_comm_fraction").Double(s.exposed_comm_fraction);
+  w.EndObject();
+  return *std::move(w).Finish();  // every value above is well formed: Finish cannot fail
 }
 
 StatusOr<TrainSummary> TrainLm(Communicator& world, const RankInfo& me, const TrainLmOptions& o, std::FILE* progress) {
-  const bool lead = me.rank == 0;
-  MF_ASSIGN_OR_RETURN(PlanKind plan, ParsePlan(o.plan));
-  MF_ASSIGN_OR_RETURN(MeshSpec spec, ResolveMesh(plan, o.mesh, me.size));
-  MF_ASSIGN_OR_RETURN(DeviceMesh mesh, DeviceMesh::Create(spec.shape, spec.names));
-  if (world.device().is_host() != o.device.is_host()) {
-    return InvalidArgumentError("TrainLm: --device " + std::string(o.device.is_host() ? "host" : "cuda") +
-                                " but the world communicator's ranks are on " + world.device().ToString());
-  }
-  MF_ASSIGN_OR_RETURN(RankContext ctx, RankContext::Create(world, mesh));
-  MF_ASSIGN_OR_RETURN(std::shared_ptr<TokenFileDataset> ds, OpenCorpus(o));
-
-  MF_ASSIGN_OR_RETURN(std::unique_ptr<Gpt> gpt, Gpt::Create(o.model, ctx));
-  MF_ASSIGN_OR_RETURN(AppliedPlan applied, ApplyPlan(plan, *gpt, ctx));
-  std::vector<ParamSpec> specs = gpt->ParamSpecs();
-  for (size_t i = 0; i < specs.size(); ++i) specs[i].state_layout = applied.state_layouts[i];
-  AdamWOptions adam;
-  adam.lr = o.lr;
-  adam.weight_decay = o.weight_decay;
-  adam.beta2 = 0.99;
-  MF_ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> opt, AdamW::Create(specs, adam, ctx));
-  // FSDP plans gather each block's parameters around its forward (and again in backward), one
-  // block ahead with overlap, and the root's (embeddings, final norm, head) once per step; every
-  // plan reduces its gradients in buckets during Backward with overlap.
-  std::unique_ptr<nn::FsdpBlocks> fsdp_blocks;
-  if (std::holds_alternative<FsdpPlan>(plan) || std::holds_alternative<FsdpTpPlan>(plan)) {
-    MF_ASSIGN_OR_RETURN(const int dp, mesh.DimIndex("dp"));
-    MF_ASSIGN_OR_RETURN(fsdp_blocks, nn::FsdpBlocks::Create(gpt->Blocks(), {dp}, {.prefetch = o.overlap}, ctx,
-                                                                gpt->RootModules()));
-    gpt->set_block_hooks(fsdp_blocks.get());
-  }
-  std::unique_ptr<GradReducer> reducer;
-  if (o.overlap) {
-    std::vector<Variable*> leaves;
-    for (const nn::NamedParameter& p : gpt->NamedParameters()) leaves.push_back(&p.variable);
-    MF_ASSIGN_OR_RETURN(reducer, GradReducer::Create(leaves, *opt,
-                                                     {.bucket_bytes = static_cast<int64_t>(o.bucket_mb * (1 << 20))},
-                                                     ctx));
-  }
-  MF_ASSIGN_OR_RETURN(WarmupCosineSchedule schedule,
-                      WarmupCosineSchedule::Create({.base_lr = o.lr,
-                                                    .min_lr = std::min(o.min_lr, o.lr),
-                                                    .warmup_steps = std::min(o.warmup_steps, o.steps),
-                                                    .total_steps = o.steps}));
-
-  DataLoaderOptions lo;
-  lo.global_batch_size = o.batch_size;
-  lo.seed = o.data_seed;
-  lo.shuffle = true;
-  lo.prefetch_depth = o.prefetch;
-  if (applied.dp_dims.empty()) {
-    lo.replicate_batch = true;
-  } else {
-    for (const std::string& d : applied.dp_dims) lo.dp_dims.emplace_back(d);
-  }
-  MF_ASSIGN_OR_RETURN(std::unique_ptr<DataLoader> loader, DataLoader::Create(ds, mesh, me.rank, lo));
-
-  // Named tensors of a checkpoint: params and optimizer state, in this run's layouts.
-  const std::vector<nn::NamedParameter> params = gpt->NamedParameters();
-  std::vector<std::pair<std::string, DTensor*>> tensors;
-  for (const nn::NamedParameter& p : params) tensors.emplace_back("param/" + p.name, p.variable.mutable_leaf_value());
-  for (const StateTensor& s : opt->StateTensors()) tensors.emplace_back("optim/" + s.name, s.tensor);
-
-  // Resume: rank 0 picks the newest complete checkpoint; every rank loads the same one.
-  TrainSummary sum;
-  sum.plan = std::string(PlanName(plan));
-  sum.mesh = spec.ToString();
-  sum.world_size = me.size;
-  sum.steps = o.steps;
-  sum.num_parameters = gpt->NumParameters();
-  sum.attempt = o.attempt;
-  int64_t start = 0;
-  double last_loss = 0;
-  if (!o.ckpt_dir.empty()) {
-    int64_t found = -1;
-    if (lead) {
-      MF_ASSIGN_OR_RETURN(std::optional<TrainCheckpoint> last, LatestCheckpoint(o.ckpt_dir));
-      if (last) found = last->step;
-    }
-    MF_RETURN_IF_ERROR(world.Broadcast(&found, 1, DType::kI64, 0));
-    if (found >= 0) {
-      const std::string dir = StepCheckpointDir(o.ckpt_dir, found);
-      MF_ASSIGN_OR_RETURN(TrainState st, ReadTrainState(dir, o.model));
-      std::vector<LoadRequest> requests;
-      for (const auto& [name, t] : tensors) requests.push_back(LoadRequest{name, t->layout(), t->dtype()});
-      MF_ASSIGN_OR_RETURN(std::vector<DTensor> loaded, LoadTensors(dir, requests, ctx));
-      for (size_t i = 0; i < tensors.size(); ++i) *tensors[i].second = std::move(loaded[i]);
-      MF_RETURN_IF_ERROR(opt->RestoreStepCounts(st.opt_step_count, st.opt_param_steps));
-      MF_ASSIGN_OR_RETURN(LoaderState ls, LoaderState::Parse(st.loader));
-      MF_RETURN_IF_ERROR(loader->Restore(ls));
-      start = st.step;
-      sum.start_loss = st.start_loss;
-      last_loss = st.last_loss;
-      sum.resumed_from_step = st.step;
-    }
-  }
-  std::unique_ptr<CheckpointManager> ckpt;
-  if (!o.ckpt_dir.empty()) {
-    MF_ASSIGN_OR_RETURN(ckpt, CheckpointManager::Create(
-                                  {.root = o.ckpt_dir,
-                                   .keep_last = o.keep_last,
-                                   .async = o.async_checkpoint && me.concurrent_communicators}, world, mesh));
-  }
-  if (lead && progress) {
-    std::fprintf(progress,
-                 "train_lm: plan %s on mesh %s (%d ranks), %lld params (%s), corpus %s: %lld sequences of %lld tokens, "
-                 "batch %lld; %s%s\n",
-                 sum.plan.c_str(), sum.mesh.c_str(), me.size, static_cast<long long>(sum.num_parameters),
-                 o.model.ToString().c_str(), o.corpus.c_str(), static_cast<long long>(ds->size()),
-                 static_cast<long long>(o.model.seq_len + 1), static_cast<long long>(o.batch_size),
-                 start > 0 ? ("resumed from step " + std::to_string(start) + " of " + o.ckpt_dir).c_str()
-                           : "starting from step 0",
-                 !ckpt                     ? ""
-                 : ckpt->options().async ? "; checkpoints written in the background"
-                                         : "; checkpoints written synchronously");
-    std::fflush(progress);
-  }
-
-  std::FILE* csv = nullptr;
-  std::FILE* samples = nullptr;
-  if (lead && !o.log_csv.empty()) {
-    if (start > 0) MF_RETURN_IF_ERROR(TruncateLog(o.log_csv, start));
-    csv = std::fopen(o.log_csv.c_str(), start > 0 ? "a" : "w");
-    if (csv == nullptr) return UnavailableError("cannot open --log-csv '" + o.log_csv + "'");
-    if (start == 0) std::fprintf(csv, "step,loss,lr,tokens_per_s,elapsed_s,world_size,plan\n");
-  }
-  if (lead && !o.sample_log.empty()) {
-    if (start > 0) MF_RETURN_IF_ERROR(TruncateLog(o.sample_log, start));
-    samples = std::fopen(o.sample_log.c_str(), start > 0 ? "a" : "w");
-    if (samples == nullptr) return UnavailableError("cannot open --sample-log '" + o.sample_log + "'");
-  }
-  struct Closer {
-    std::FILE* f;
-    ~Closer() {
-      if (f) std::fclose(f);
-    }
-  } close_csv{csv}, close_samples{samples};
-
-  auto train_state = [&](int64_t step) {
-    TrainState st;
-    st.step = step;
-    st.start_loss = sum.start_loss;
-    st.last_loss = last_loss;
-    st.opt_step_count = opt->step_count();
-    for (int i = 0; i < opt->num_params(); ++i) st.opt_param_steps.push_back(opt->param_step(i));
-    st.loader = loader->state().ToString();
-    st.model = o.model.ToString();
-    return st.ToString();
-  };
-  std::vector<std::pair<std::string, const DTensor*>> const_tensors;
-  for (const auto& [name, t] : tensors) const_tensors.emplace_back(name, t);
-  double stall = 0;
-  auto save = [&](int64_t step) -> Status {
-    if (o.attempt == 0 && step == o.crash_in_save_at_step) {
-      SetCheckpointTestHook([](std::string_view point, int world_rank) -> Status {
-        if (point == "save:data-written" && world_rank == 0) {
-          std::fprintf(stderr, "train_lm: rank 0 dies in the middle of a checkpoint save (fault injection)\n");
-          std::fflush(stderr);
-          std::raise(SIGKILL);
-        }
-        return Status::Ok();
-      });
-    }
-    const Clock::time_point t0 = Clock::now();
-    const Status s = ckpt->Save(step, const_tensors, train_state(step));
-    stall += Since(t0);
-    return s;
-  };
-
-  const int64_t tokens_per_step = o.batch_size * o.model.seq_len;
-  const int64_t chunk = (o.batch_size + loader->dp_size() - 1) / loader->dp_size();
-  const Clock::time_point loop_start = Clock::now();
-  const double comm_us0 = ctx.comm_stream().stats().busy_us;
-  const double exposed_us0 = ctx.compute_stream().stats().wait_us;
-  double data_wait = 0;
-  for (int64_t step = start; step < o.steps; ++step) {
-    if (ckpt && step > start && step % o.ckpt_every == 0) MF_RETURN_IF_ERROR(save(step));
-    if (o.attempt == 0 && step == o.kill_at_step && me.rank == o.kill_rank) {
-      std::fprintf(stderr, "train_lm: rank %d kills itself (SIGKILL) before step %lld (fault injection)\n", me.rank,
-                   static_cast<long long>(step));
-      std::fflush(stderr);
-      std::raise(SIGKILL);
-    }
-    const Clock::time_point d0 = Clock::now();
-    MF_ASSIGN_OR_RETURN(Batch batch, loader->NextBatch());
-    data_wait += Since(d0);
-    if (!o.sample_log.empty()) {
-      // [row_offset, rows, ids padded with -1 to chunk] from every rank.
-      std::vector<int64_t> mine(static_cast<size_t>(2 + chunk), -1);
-      mine[0] = batch.row_offset;
-      mine[1] = static_cast<int64_t>(batch.sample_indices.size());
-      for (size_t i = 0; i < batch.sample_indices.size(); ++i) mine[2 + i] = batch.sample_indices[i];
-      std::vector<int64_t> all(mine.size() * static_cast<size_t>(me.size));
-      const std::vector<int64_t> counts(static_cast<size_t>(me.size), static_cast<int64_t>(mine.size()));
-      MF_RETURN_IF_ERROR(world.AllGatherV(mine.data(), static_cast<int64_t>(mine.size()), all.data(), counts, DType::kI64));
-      if (lead) {
-        std::vector<int64_t> rows(static_cast<size_t>(o.batch_size), -1);
-        for (int r = 0; r < me.size; ++r) {
-          const int64_t* p = all.data() + static_cast<size_t>(r) * mine.size();
-          for (int64_t i = 0; i < p[1]; ++i) {
-            const int64_t row = p[0] + i;
-            if (row >= o.batch_size) continue;  // even_batches padding (not used here)
-            int64_t& slot = rows[static_cast<size_t>(row)];
-            if (slot >= 0 && slot != p[2 + i]) {
-              return InternalError("sample log: ranks disagree on row " + std::to_string(row) + " of step " +
-                                   std::to_string(step) + " (" + std::to_string(slot) + " vs " +
-                                   std::to_string(p[2 + i]) + ")");
-            }
-            slot = p[2 + i];
-          }
-        }
-        std::fprintf(samples, "step %lld epoch %lld", static_cast<long long>(step), static_cast<long long>(batch.epoch));
-        for (int64_t id : rows) {
-          if (id < 0) return InternalError("sample log: no rank read a row of step " + std::to_string(step));
-          std::fprintf(samples, " %lld", static_cast<long long>(id));
-        }
-        std::fprintf(samples, "\n");
-      }
-    }
-    const double lr = schedule.LrAt(step);
-    MF_RETURN_IF_ERROR(opt->set_lr(lr));
-    MF_ASSIGN_OR_RETURN(DTensor tokens, OnRankDevice(std::move(batch.data), ctx));  // a GPU rank's batch: copied
-    MF_ASSIGN_OR_RETURN(Variable loss, gpt->Loss(tokens, ctx));
-    MF_RETURN_IF_ERROR(Backward(loss, ctx));
-    if (reducer) MF_RETURN_IF_ERROR(reducer->Finish(ctx));
-    if (fsdp_blocks) MF_RETURN_IF_ERROR(fsdp_blocks->Finish(ctx));
-    const std::vector<const DTensor*> grads = gpt->Grads();
-    MF_RETURN_IF_ERROR(opt->Step(grads, ctx, {.max_grad_norm = o.max_grad_norm}));
-    gpt->ZeroGrad();
-    MF_ASSIGN_OR_RETURN(Tensor lv, FullTensor(loss.value(), ctx));
-    MF_ASSIGN_OR_RETURN(lv, OnHost(std::move(lv)));
-    last_loss = lv.GetAsDouble(0);
-    if (!std::isfinite(last_loss)) {
-      return InternalError("the loss is not finite at step " + std::to_string(step) + " (lower --lr?)");
-    }
-    if (step == 0) sum.start_loss = last_loss;
-    const double elapsed = Since(loop_start);
-    const int64_t done = step + 1 - start;
-    const double tps = static_cast<double>(done * tokens_per_step) / std::max(elapsed, 1e-9);
-    if (csv) {
-      std::fprintf(csv, "%lld,%.6f,%.6g,%.1f,%.3f,%d,%s\n", static_cast<long long>(step), last_loss, lr, tps, elapsed,
-                   me.size, sum.plan.c_str());
-      std::fflush(csv);
-    }
-    if (samples) std::fflush(samples);
-    if (lead && progress && o.print_every > 0 && ((step + 1) % o.print_every == 0 || step + 1 == o.steps)) {
-      const double eta = elapsed / static_cast<double>(done) * static_cast<double>(o.steps - step - 1);
-      std::fprintf(progress, "step %lld/%lld  loss %.4f  lr %.2e  %.0f tok/s  eta %.0f s\n",
-                   static_cast<long long>(step + 1), static_cast<long long>(o.steps), last_loss, lr, tps, eta);
-      std::fflush(progress);
-    }
-  }
-  const double loop_seconds = Since(loop_start);
-  sum.overlap = o.overlap;
-  sum.comm_seconds = (ctx.comm_stream().stats().busy_us - comm_us0) * 1e-6;
-  sum.exposed_comm_seconds = (ctx.compute_stream().stats().wait_us - exposed_us0) * 1e-6;
-  sum.exposed_comm_fraction = sum.comm_seconds > 0 ? std::min(1.0, sum.exposed_comm_seconds / sum.comm_seconds) : 0.0;
-  if (ckpt) {
-    if (start < o.steps) MF_RETURN_IF_ERROR(save(o.steps));
-    const Clock::time_point t0 = Clock::now();
-    MF_RETURN_IF_ERROR(ckpt->Wait());
-    stall += Since(t0);
-    sum.checkpoints_saved = ckpt->stats().saves;
-  }
-  sum.final_loss = last_loss;
-  sum.steps_this_attempt = o.steps - start;
-  if (sum.steps_this_attempt > 0) {
-    sum.tokens_per_s = static_cast<double>(sum.steps_this_attempt * tokens_per_step) / std::max(loop_seconds, 1e-9);
-    sum.step_seconds = loop_seconds / static_cast<double>(sum.steps_this_attempt);
-    sum.loader_wait_fraction = data_wait / std::max(loop_seconds, 1e-9);
-    sum.checkpoint_stall_fraction = stall / std::max(loop_seconds, 1e-9);
-  }
-  return sum;
+  LmRun run(world, me, o, progress);
+  MF_RETURN_IF_ERROR(run.Build());
+  MF_RETURN_IF_ERROR(run.Restore());
+  MF_RETURN_IF_ERROR(run.OpenOutputs());
+  return run.Run();
 }
 
 }  // namespace meshflow::lm

@@ -117,8 +117,9 @@ Status ValidateTrainLm(const TrainLmOptions& options, int world_size);
 StatusOr<TrainSummary> TrainLm(Communicator& world, const RankInfo& me, const TrainLmOptions& options,
                                std::FILE* progress);
 
-// The summary as one JSON object (no newline): start_loss, final_loss, tokens_per_s, steps, plan,
-// world_size, mesh, resumed_from_step, ...
+// The summary as one JSON object (no newline; JsonWriter, spaced style, numbers as the shortest
+// text that reads back as the same double, null for a non-finite one): start_loss, final_loss,
+// tokens_per_s, steps, plan, world_size, mesh, resumed_from_step, ...
 std::string SummaryJson(const TrainSummary& s);
 
 }  // namespace meshflow::lm
