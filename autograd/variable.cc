@@ -167,38 +167,41 @@ StatusOr<Variable> RedistributeVariable(const Variable& x, const Layout& target,
   return v;
 }
 
+// Backward's pieces. A friend of Variable: reaches the graph's nodes.
 struct BackwardAccess {
   using Node = Variable::Node;
   static Node* NodeOf(const Variable& v) { return v.node_.get(); }
 };
 
-Status Backward(const Variable& loss, RankContext& ctx, const BackwardOptions& options) {
-  using Node = BackwardAccess::Node;
-  if (!loss.defined()) return InvalidArgumentError("Backward of an undefined Variable");
-  const DTensor& lv = loss.value();
-  std::optional<DTensor> seed;
+namespace {
+
+using Node = BackwardAccess::Node;
+
+// The gradient Backward starts from: options.seed (same shape and dtype as the loss), else 1 for
+// a scalar loss.
+StatusOr<DTensor> BackwardSeed(const DTensor& lv, const BackwardOptions& options) {
   if (options.seed != nullptr) {
     if (options.seed->global_shape() != lv.global_shape() || options.seed->dtype() != lv.dtype()) {
       return InvalidArgumentError("Backward seed " + ShapeString(options.seed->global_shape()) + " " +
                                   std::string(DTypeName(options.seed->dtype())) + " differs from the loss " +
                                   ShapeString(lv.global_shape()) + " " + std::string(DTypeName(lv.dtype())));
     }
-    seed = *options.seed;
-  } else {
-    if (!lv.global_shape().empty()) {
-      return InvalidArgumentError("Backward of a non-scalar loss of shape " + ShapeString(lv.global_shape()) +
-                                  " needs a seed (BackwardOptions::seed)");
-    }
-    MF_ASSIGN_OR_RETURN(DTensor one, ScalarLike(lv, 1.0));
-    seed = std::move(one);
+    return *options.seed;
   }
-  if (!loss.requires_grad()) return Status::Ok();
+  if (!lv.global_shape().empty()) {
+    return InvalidArgumentError("Backward of a non-scalar loss of shape " + ShapeString(lv.global_shape()) +
+                                " needs a seed (BackwardOptions::seed)");
+  }
+  return ScalarLike(lv, 1.0);
+}
 
-  // Reverse topological order (iterative DFS, post-order) over nodes that require a gradient.
+// Topological order, inputs first (iterative DFS, post-order), over the nodes from `root` that
+// require a gradient. Refuses a graph an earlier Backward released.
+StatusOr<std::vector<Node*>> PostOrder(Node* root) {
   std::vector<Node*> order;
   std::unordered_set<Node*> seen;
-  std::vector<std::pair<Node*, size_t>> stack = {{BackwardAccess::NodeOf(loss), 0}};
-  seen.insert(stack.back().first);
+  std::vector<std::pair<Node*, size_t>> stack = {{root, 0}};
+  seen.insert(root);
   while (!stack.empty()) {
     auto& [n, next] = stack.back();
     if (n->released) {
@@ -215,47 +218,53 @@ Status Backward(const Variable& loss, RankContext& ctx, const BackwardOptions& o
     order.push_back(n);
     stack.pop_back();
   }
+  return order;
+}
 
-  // Released values (ReleaseValue) come back right before a VJP needs them and go again after the
-  // last VJP that reads them: count the readers (the consumers in `order`, the node itself when its
-  // VJP reads its output).
-  std::unordered_map<Node*, int> readers;
-  for (Node* n : order) {
-    if (!n->result()) continue;
-    for (const Variable& v : n->inputs) ++readers[BackwardAccess::NodeOf(v)];
-    ++readers[n];
+// The reverse sweep of one Backward over `order` (PostOrder): the pending gradient of each node,
+// the VJPs, the leaves' accumulated grads and hooks, and the released values (ReleaseValue) that
+// come back right before a VJP needs them and go again after the last VJP that reads them.
+class BackwardSweep {
+ public:
+  BackwardSweep(const std::vector<Node*>& order, RankContext& ctx) : order_(order), ctx_(ctx) {
+    // The readers of each value: the consumers in `order`, the node itself when its VJP reads its output.
+    for (Node* n : order_) {
+      if (!n->result()) continue;
+      for (const Variable& v : n->inputs) ++readers_[BackwardAccess::NodeOf(v)];
+      ++readers_[n];
+    }
   }
-  auto materialize = [](Node* m) -> Status {
-    if (!m->value_released) return Status::Ok();
-    MF_ASSIGN_OR_RETURN(DTensor v, m->rematerialize());
-    m->value = std::move(v);
-    m->value_released = false;
-    return Status::Ok();
-  };
-  auto done_reading = [&readers](Node* m) {
-    if (--readers[m] == 0 && m->rematerialize && !m->value_released) {
-      m->value.mutable_local() = Tensor();
-      m->value_released = true;
-    }
-  };
 
-  std::unordered_map<Node*, DTensor> grads;
-  grads.emplace(BackwardAccess::NodeOf(loss), std::move(*seed));
-  for (auto it = order.rbegin(); it != order.rend(); ++it) {
-    Node* n = *it;
-    auto g = grads.find(n);
-    if (g == grads.end()) continue;  // no path carried a gradient here (e.g. step's zero)
-    if (!n->result()) {
-      if (n->grad) {
-        MF_ASSIGN_OR_RETURN(DTensor sum, Add(*n->grad, g->second, ctx));
-        n->grad = std::move(sum);
-      } else {
-        n->grad = std::move(g->second);
-      }
-      grads.erase(g);
-      for (const auto& hook : n->grad_ready_hooks) MF_RETURN_IF_ERROR(hook());  // the leaf's grad is final
-      continue;
+  Status Run(Node* root, DTensor seed) {
+    grads_.emplace(root, std::move(seed));
+    for (auto it = order_.rbegin(); it != order_.rend(); ++it) {
+      Node* n = *it;
+      auto g = grads_.find(n);
+      if (g == grads_.end()) continue;  // no path carried a gradient here (e.g. step's zero)
+      MF_RETURN_IF_ERROR(n->result() ? Propagate(n, g) : Accumulate(n, g));
     }
+    return Status::Ok();
+  }
+
+ private:
+  using Pending = std::unordered_map<Node*, DTensor>::iterator;
+
+  // A leaf: its grad (+)= the pending gradient g (then dropped), now final; runs its grad-ready hooks.
+  Status Accumulate(Node* n, Pending g) {
+    if (n->grad) {
+      MF_ASSIGN_OR_RETURN(DTensor sum, Add(*n->grad, g->second, ctx_));
+      n->grad = std::move(sum);
+    } else {
+      n->grad = std::move(g->second);
+    }
+    grads_.erase(g);
+    for (const auto& hook : n->grad_ready_hooks) MF_RETURN_IF_ERROR(hook());
+    return Status::Ok();
+  }
+
+  // An op result (or redistribution): the VJP of the pending gradient g (then dropped), added to
+  // its inputs' pending gradients.
+  Status Propagate(Node* n, Pending g) {
     for (const auto& hook : n->pre_backward_hooks) MF_RETURN_IF_ERROR(hook());
     std::vector<std::optional<DTensor>> gin;
     if (n->redistribution) {
@@ -263,25 +272,57 @@ Status Backward(const Variable& loss, RankContext& ctx, const BackwardOptions& o
     } else {
       std::vector<const DTensor*> in;
       for (const Variable& v : n->inputs) {
-        MF_RETURN_IF_ERROR(materialize(BackwardAccess::NodeOf(v)));
+        MF_RETURN_IF_ERROR(Materialize(BackwardAccess::NodeOf(v)));
         in.push_back(&BackwardAccess::NodeOf(v)->value);
       }
-      MF_RETURN_IF_ERROR(materialize(n));
-      MF_ASSIGN_OR_RETURN(gin, Vjp(*n->op, in, n->value, g->second, ctx));
+      MF_RETURN_IF_ERROR(Materialize(n));
+      MF_ASSIGN_OR_RETURN(gin, Vjp(*n->op, in, n->value, g->second, ctx_));
     }
-    grads.erase(g);
-    for (const Variable& v : n->inputs) done_reading(BackwardAccess::NodeOf(v));
-    done_reading(n);
+    grads_.erase(g);
+    for (const Variable& v : n->inputs) DoneReading(BackwardAccess::NodeOf(v));
+    DoneReading(n);
     for (size_t i = 0; i < n->inputs.size(); ++i) {
       Node* m = BackwardAccess::NodeOf(n->inputs[i]);
       if (!m->requires_grad || !gin[i]) continue;
-      auto [slot, fresh] = grads.try_emplace(m, *gin[i]);
+      auto [slot, fresh] = grads_.try_emplace(m, *gin[i]);
       if (!fresh) {
-        MF_ASSIGN_OR_RETURN(DTensor sum, Add(slot->second, *gin[i], ctx));
+        MF_ASSIGN_OR_RETURN(DTensor sum, Add(slot->second, *gin[i], ctx_));
         slot->second = std::move(sum);
       }
     }
+    return Status::Ok();
   }
+
+  static Status Materialize(Node* m) {
+    if (!m->value_released) return Status::Ok();
+    MF_ASSIGN_OR_RETURN(DTensor v, m->rematerialize());
+    m->value = std::move(v);
+    m->value_released = false;
+    return Status::Ok();
+  }
+
+  void DoneReading(Node* m) {
+    if (--readers_[m] == 0 && m->rematerialize && !m->value_released) {
+      m->value.mutable_local() = Tensor();
+      m->value_released = true;
+    }
+  }
+
+  const std::vector<Node*>& order_;
+  RankContext& ctx_;
+  std::unordered_map<Node*, int> readers_;
+  std::unordered_map<Node*, DTensor> grads_;  // pending: not yet propagated
+};
+
+}  // namespace
+
+Status Backward(const Variable& loss, RankContext& ctx, const BackwardOptions& options) {
+  if (!loss.defined()) return InvalidArgumentError("Backward of an undefined Variable");
+  MF_ASSIGN_OR_RETURN(DTensor seed, BackwardSeed(loss.value(), options));
+  if (!loss.requires_grad()) return Status::Ok();
+  Node* root = BackwardAccess::NodeOf(loss);
+  MF_ASSIGN_OR_RETURN(const std::vector<Node*> order, PostOrder(root));
+  MF_RETURN_IF_ERROR(BackwardSweep(order, ctx).Run(root, std::move(seed)));
   if (!options.retain_graph) {
     for (Node* n : order) {
       if (n->result()) {

@@ -88,6 +88,121 @@ RankRun RunRank(std::shared_ptr<const Dataset> ds, const DeviceMesh& mesh, int r
   return out;
 }
 
+// The demo's "text": kNumTokens deterministic pseudo-random tokens of the GPT-2 vocabulary.
+std::vector<uint32_t> MakeTokens() {
+  std::vector<uint32_t> tokens(kNumTokens);
+  uint64_t x = 88172645463325252ull;  // xorshift64: any deterministic "text" will do
+  for (uint32_t& t : tokens) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    t = static_cast<uint32_t>(x % 50257);  // GPT-2 vocabulary size
+  }
+  return tokens;
+}
+
+// One epoch (`steps` batches) on the 2x2 mesh, one loader thread per rank; prints a line per
+// rank. False (after printing the error) when a rank failed.
+bool RunEpoch(const std::shared_ptr<TokenFileDataset>& ds, const DeviceMesh& mesh, int64_t steps,
+              std::vector<RankRun>& runs) {
+  runs.resize(4);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 4; ++r) {
+    threads.emplace_back([&, r] { runs[r] = RunRank(ds, mesh, r, steps, nullptr); });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int r = 0; r < 4; ++r) {
+    if (!runs[r].status.ok()) {
+      std::printf("rank %d: %s\n", r, runs[r].status.ToString().c_str());
+      return false;
+    }
+    int64_t samples = 0;
+    for (const Batch& b : runs[r].batches) samples += static_cast<int64_t>(b.sample_indices.size());
+    std::printf("rank %d (dp %d, tp %d): %lld batches, %lld samples in %.3f s = %.0f samples/s\n", r, r / 2, r % 2,
+                static_cast<long long>(runs[r].batches.size()), static_cast<long long>(samples), runs[r].seconds,
+                runs[r].seconds > 0 ? static_cast<double>(samples) / runs[r].seconds : 0.0);
+  }
+  return true;
+}
+
+// Checks the batches of step s: tp twins identical, every dp row holding its sample's tokens; puts
+// the sample of each global row into `global`.
+void CheckStep(const std::vector<RankRun>& runs, const std::vector<uint32_t>& tokens, int64_t s,
+               std::vector<int64_t>& global) {
+  for (int r = 0; r < 4; ++r) {
+    const Batch& b = runs[r].batches[static_cast<size_t>(s)];
+    if (r % 2 == 1) {
+      const Batch& twin = runs[r - 1].batches[static_cast<size_t>(s)];
+      Check(b.sample_indices == twin.sample_indices && b.data.local() == twin.data.local(),
+            "tp ranks " + std::to_string(r - 1) + "," + std::to_string(r) + " differ at step " + std::to_string(s));
+      continue;
+    }
+    for (size_t i = 0; i < b.sample_indices.size(); ++i) {
+      const int64_t sample = b.sample_indices[i];
+      global[static_cast<size_t>(b.row_offset) + i] = sample;
+      for (int64_t j = 0; j <= kSeqLen; ++j) {
+        const int32_t got = b.data.local().data<int32_t>()[i * static_cast<size_t>(kSeqLen + 1) + static_cast<size_t>(j)];
+        if (got != static_cast<int32_t>(tokens[static_cast<size_t>(sample * kSeqLen + j)])) {
+          Check(false, "wrong token in sample " + std::to_string(sample));
+          break;
+        }
+      }
+    }
+  }
+}
+
+// Global stream, tp identity, row contents and coverage of the epoch; returns the global stream
+// (the sample of every row of every global batch, in order).
+std::vector<int64_t> CheckEpoch(const std::vector<RankRun>& runs, const std::vector<uint32_t>& tokens, int64_t n,
+                                int64_t steps) {
+  std::vector<int64_t> stream;
+  int64_t repeated = 0;
+  for (int64_t s = 0; s < steps; ++s) {
+    std::vector<int64_t> global(static_cast<size_t>(kBatch), -1);
+    CheckStep(runs, tokens, s, global);
+    repeated += runs[0].batches[static_cast<size_t>(s)].num_repeated;
+    stream.insert(stream.end(), global.begin(), global.end());
+  }
+  std::map<int64_t, int> count;
+  for (int64_t sample : stream) ++count[sample];
+  int64_t extra = 0;
+  bool all_seen = static_cast<int64_t>(count.size()) == n && count.begin()->first == 0 && count.rbegin()->first == n - 1;
+  for (const auto& [sample, c] : count) extra += c - 1;
+  Check(all_seen, "every sample seen at least once");
+  Check(extra == repeated && repeated == steps * kBatch - n, "repeats == reported wrap-around count");
+  std::printf("coverage: %zu distinct samples of %lld, %lld repeated (reported %lld)\n", count.size(),
+              static_cast<long long>(n), static_cast<long long>(extra), static_cast<long long>(repeated));
+  return stream;
+}
+
+// Save mid-epoch (dp=2), resume with 3 dp ranks; the remaining global batches must match `stream`.
+void CheckResume(const std::shared_ptr<TokenFileDataset>& ds, const std::vector<RankRun>& runs,
+                 const std::vector<int64_t>& stream, int64_t steps) {
+  const int64_t stop = steps / 3;
+  const LoaderState saved = runs[0].batches[static_cast<size_t>(stop - 1)].state_after;
+  auto parsed = LoaderState::Parse(saved.ToString());
+  Check(parsed.ok() && *parsed == saved, "state round trip");
+  const DeviceMesh mesh3 = *DeviceMesh::Create({3}, {"dp"});
+  std::vector<std::vector<int64_t>> resumed(static_cast<size_t>(steps - stop),
+                                            std::vector<int64_t>(static_cast<size_t>(kBatch), -1));
+  for (int r = 0; r < 3; ++r) {
+    RankRun run = RunRank(ds, mesh3, r, steps - stop, &saved);
+    Check(run.status.ok(), "resume on rank " + std::to_string(r) + ": " + run.status.ToString());
+    for (size_t s = 0; s < run.batches.size(); ++s) {
+      for (size_t i = 0; i < run.batches[s].sample_indices.size(); ++i) {
+        resumed[s][static_cast<size_t>(run.batches[s].row_offset) + i] = run.batches[s].sample_indices[i];
+      }
+    }
+  }
+  bool same = true;
+  for (size_t s = 0; s < resumed.size(); ++s) {
+    for (size_t i = 0; i < resumed[s].size(); ++i) {
+      same = same && resumed[s][i] == stream[(static_cast<size_t>(stop) + s) * static_cast<size_t>(kBatch) + i];
+    }
+  }
+  Check(same, "resumed stream on 3 dp ranks == uninterrupted stream");
+  std::printf("saved at step %lld: \"%s\"; resumed on %s: %s\n", static_cast<long long>(stop),
+              saved.ToString().c_str(), mesh3.ToString().c_str(), same ? "same stream" : "DIFFERENT stream");
+}
+
 int Main() {
   const char* tmp = std::getenv("TEST_TMPDIR");
   const std::filesystem::path dir = std::filesystem::path(tmp != nullptr ? tmp : std::filesystem::temp_directory_path().string()) /
@@ -95,12 +210,7 @@ int Main() {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   const std::string path = (dir / "train.bin").string();
-  std::vector<uint32_t> tokens(kNumTokens);
-  uint64_t x = 88172645463325252ull;  // xorshift64: any deterministic "text" will do
-  for (uint32_t& t : tokens) {
-    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-    t = static_cast<uint32_t>(x % 50257);  // GPT-2 vocabulary size
-  }
+  const std::vector<uint32_t> tokens = MakeTokens();
   if (Status s = WriteTokenFile(path, tokens, TokenWidth::kU16); !s.ok()) {
     std::printf("%s\n", s.ToString().c_str());
     return 1;
@@ -118,88 +228,10 @@ int Main() {
               static_cast<long long>(kSeqLen), mesh.ToString().c_str(), static_cast<long long>(kBatch),
               static_cast<long long>(steps));
 
-  std::vector<RankRun> runs(4);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < 4; ++r) {
-    threads.emplace_back([&, r] { runs[r] = RunRank(*ds, mesh, r, steps, nullptr); });
-  }
-  for (std::thread& t : threads) t.join();
-  for (int r = 0; r < 4; ++r) {
-    if (!runs[r].status.ok()) {
-      std::printf("rank %d: %s\n", r, runs[r].status.ToString().c_str());
-      return 1;
-    }
-    int64_t samples = 0;
-    for (const Batch& b : runs[r].batches) samples += static_cast<int64_t>(b.sample_indices.size());
-    std::printf("rank %d (dp %d, tp %d): %lld batches, %lld samples in %.3f s = %.0f samples/s\n", r, r / 2, r % 2,
-                static_cast<long long>(runs[r].batches.size()), static_cast<long long>(samples), runs[r].seconds,
-                runs[r].seconds > 0 ? static_cast<double>(samples) / runs[r].seconds : 0.0);
-  }
-
-  // Global stream, tp identity and row contents.
-  std::vector<int64_t> stream;
-  int64_t repeated = 0;
-  for (int64_t s = 0; s < steps; ++s) {
-    std::vector<int64_t> global(static_cast<size_t>(kBatch), -1);
-    for (int r = 0; r < 4; ++r) {
-      const Batch& b = runs[r].batches[static_cast<size_t>(s)];
-      if (r % 2 == 1) {
-        const Batch& twin = runs[r - 1].batches[static_cast<size_t>(s)];
-        Check(b.sample_indices == twin.sample_indices && b.data.local() == twin.data.local(),
-              "tp ranks " + std::to_string(r - 1) + "," + std::to_string(r) + " differ at step " + std::to_string(s));
-        continue;
-      }
-      for (size_t i = 0; i < b.sample_indices.size(); ++i) {
-        const int64_t sample = b.sample_indices[i];
-        global[static_cast<size_t>(b.row_offset) + i] = sample;
-        for (int64_t j = 0; j <= kSeqLen; ++j) {
-          const int32_t got = b.data.local().data<int32_t>()[i * static_cast<size_t>(kSeqLen + 1) + static_cast<size_t>(j)];
-          if (got != static_cast<int32_t>(tokens[static_cast<size_t>(sample * kSeqLen + j)])) {
-            Check(false, "wrong token in sample " + std::to_string(sample));
-            break;
-          }
-        }
-      }
-    }
-    repeated += runs[0].batches[static_cast<size_t>(s)].num_repeated;
-    stream.insert(stream.end(), global.begin(), global.end());
-  }
-  std::map<int64_t, int> count;
-  for (int64_t sample : stream) ++count[sample];
-  int64_t extra = 0;
-  bool all_seen = static_cast<int64_t>(count.size()) == n && count.begin()->first == 0 && count.rbegin()->first == n - 1;
-  for (const auto& [sample, c] : count) extra += c - 1;
-  Check(all_seen, "every sample seen at least once");
-  Check(extra == repeated && repeated == steps * kBatch - n, "repeats == reported wrap-around count");
-  std::printf("coverage: %zu distinct samples of %lld, %lld repeated (reported %lld)\n", count.size(),
-              static_cast<long long>(n), static_cast<long long>(extra), static_cast<long long>(repeated));
-
-  // Save mid-epoch (dp=2), resume with 3 dp ranks; the remaining global batches must match.
-  const int64_t stop = steps / 3;
-  const LoaderState saved = runs[0].batches[static_cast<size_t>(stop - 1)].state_after;
-  auto parsed = LoaderState::Parse(saved.ToString());
-  Check(parsed.ok() && *parsed == saved, "state round trip");
-  const DeviceMesh mesh3 = *DeviceMesh::Create({3}, {"dp"});
-  std::vector<std::vector<int64_t>> resumed(static_cast<size_t>(steps - stop),
-                                            std::vector<int64_t>(static_cast<size_t>(kBatch), -1));
-  for (int r = 0; r < 3; ++r) {
-    RankRun run = RunRank(*ds, mesh3, r, steps - stop, &saved);
-    Check(run.status.ok(), "resume on rank " + std::to_string(r) + ": " + run.status.ToString());
-    for (size_t s = 0; s < run.batches.size(); ++s) {
-      for (size_t i = 0; i < run.batches[s].sample_indices.size(); ++i) {
-        resumed[s][static_cast<size_t>(run.batches[s].row_offset) + i] = run.batches[s].sample_indices[i];
-      }
-    }
-  }
-  bool same = true;
-  for (size_t s = 0; s < resumed.size(); ++s) {
-    for (size_t i = 0; i < resumed[s].size(); ++i) {
-      same = same && resumed[s][i] == stream[(static_cast<size_t>(stop) + s) * static_cast<size_t>(kBatch) + i];
-    }
-  }
-  Check(same, "resumed stream on 3 dp ranks == uninterrupted stream");
-  std::printf("saved at step %lld: \"%s\"; resumed on %s: %s\n", static_cast<long long>(stop),
-              saved.ToString().c_str(), mesh3.ToString().c_str(), same ? "same stream" : "DIFFERENT stream");
+  std::vector<RankRun> runs;
+  if (!RunEpoch(*ds, mesh, steps, runs)) return 1;
+  const std::vector<int64_t> stream = CheckEpoch(runs, tokens, n, steps);
+  CheckResume(*ds, runs, stream, steps);
 
   std::filesystem::remove_all(dir, ec);
   if (failures > 0) {

@@ -202,10 +202,57 @@ std::vector<std::string> StateNames(const OptimizerOptions& options) {
 
 int64_t LocalBytes(const DTensor& d) { return d.local().NumElements() * DTypeSize(d.dtype()); }
 
-}  // namespace
+// The checks of one trained param (spec.params[i]) of CompileTrainStep; returns its optimizer
+// state layout (the param's own, or spec.state_layouts[i]).
+StatusOr<Layout> CheckParam(const Graph& graph, const TrainStepSpec& spec, size_t i, const std::vector<bool>& reaches,
+                            std::set<ValueId>& seen, const std::string& what) {
+  const auto n_values = static_cast<ValueId>(graph.values().size());
+  const ValueId p = spec.params[i];
+  if (p < 0 || p >= n_values || graph.value(p).kind != ValueKind::kParam) {
+    return InvalidArgumentError(what + "params[" + std::to_string(i) + "] (id " + std::to_string(p) +
+                                ") is not a param of the graph");
+  }
+  if (!seen.insert(p).second) return InvalidArgumentError(what + "param " + Name(graph, p) + " is listed twice");
+  const std::optional<Layout>& ann = graph.annotation(p);
+  if (!ann.has_value()) {
+    return InvalidArgumentError(what + "param " + Name(graph, p) +
+                                " has no layout annotation (annotate every trained param: its layout is the plan)");
+  }
+  if (ann->HasPartial()) {
+    return InvalidArgumentError(what + "param " + Name(graph, p) + " is annotated " + ann->PlacementsString() +
+                                "; a param cannot be Partial");
+  }
+  if (graph.value(p).dtype == DType::kBF16) {
+    return UnimplementedError(what + "param " + Name(graph, p) +
+                              " is bf16: master weights are not in the compiled step yet (use optim/optimizer.h)");
+  }
+  if (spec.max_grad_norm.has_value() && graph.value(p).dtype != graph.value(spec.params[0]).dtype) {
+    return InvalidArgumentError(what + "gradient clipping needs every param in one dtype; param " + Name(graph, p) +
+                                " is " + std::string(DTypeName(graph.value(p).dtype)) + ", param " +
+                                Name(graph, spec.params[0]) + " is " +
+                                std::string(DTypeName(graph.value(spec.params[0]).dtype)));
+  }
+  if (!reaches[static_cast<size_t>(p)]) {
+    return InvalidArgumentError(what + "the loss " + Name(graph, spec.loss) + " does not depend on param " +
+                                Name(graph, p) + " (it would get no gradient; leave it out of params)");
+  }
+  if (spec.state_layouts.empty() || !spec.state_layouts[i].has_value()) return *ann;
+  const Layout& s = *spec.state_layouts[i];
+  if (s.global_shape() != ann->global_shape() || !(s.mesh() == ann->mesh())) {
+    return InvalidArgumentError(what + "state layout " + s.ToString() + " of param " + Name(graph, p) +
+                                " does not match the param's " + ann->ToString());
+  }
+  if (s.HasPartial()) {
+    return InvalidArgumentError(what + "state layout " + s.PlacementsString() + " of param " + Name(graph, p) +
+                                " has a Partial placement");
+  }
+  return s;
+}
 
-StatusOr<CompiledTrainStep> CompileTrainStep(Graph graph, const TrainStepSpec& spec, const PropagationOptions& options) {
-  const std::string what = "compile train step: ";
+// The checks of CompileTrainStep before it changes the graph: the spec's fields, every param
+// (CheckParam) and the loss's annotation. Returns the state layout of every param.
+StatusOr<std::vector<Layout>> CheckTrainStepSpec(const Graph& graph, const TrainStepSpec& spec,
+                                                 const std::string& what) {
   if (spec.params.empty()) return InvalidArgumentError(what + "no params to train");
   MF_RETURN_IF_ERROR(ValidateOptions(spec.optimizer).WithContext(what + "optimizer"));
   const auto n_values = static_cast<ValueId>(graph.values().size());
@@ -225,68 +272,33 @@ StatusOr<CompiledTrainStep> CompileTrainStep(Graph graph, const TrainStepSpec& s
   std::set<ValueId> seen;
   std::vector<Layout> state_layouts;
   for (size_t i = 0; i < spec.params.size(); ++i) {
-    const ValueId p = spec.params[i];
-    if (p < 0 || p >= n_values || graph.value(p).kind != ValueKind::kParam) {
-      return InvalidArgumentError(what + "params[" + std::to_string(i) + "] (id " + std::to_string(p) +
-                                  ") is not a param of the graph");
-    }
-    if (!seen.insert(p).second) return InvalidArgumentError(what + "param " + Name(graph, p) + " is listed twice");
-    const std::optional<Layout>& ann = graph.annotation(p);
-    if (!ann.has_value()) {
-      return InvalidArgumentError(what + "param " + Name(graph, p) +
-                                  " has no layout annotation (annotate every trained param: its layout is the plan)");
-    }
-    if (ann->HasPartial()) {
-      return InvalidArgumentError(what + "param " + Name(graph, p) + " is annotated " + ann->PlacementsString() +
-                                  "; a param cannot be Partial");
-    }
-    if (graph.value(p).dtype == DType::kBF16) {
-      return UnimplementedError(what + "param " + Name(graph, p) +
-                                " is bf16: master weights are not in the compiled step yet (use optim/optimizer.h)");
-    }
-    if (spec.max_grad_norm.has_value() && graph.value(p).dtype != graph.value(spec.params[0]).dtype) {
-      return InvalidArgumentError(what + "gradient clipping needs every param in one dtype; param " + Name(graph, p) +
-                                  " is " + std::string(DTypeName(graph.value(p).dtype)) + ", param " +
-                                  Name(graph, spec.params[0]) + " is " +
-                                  std::string(DTypeName(graph.value(spec.params[0]).dtype)));
-    }
-    if (!reaches[static_cast<size_t>(p)]) {
-      return InvalidArgumentError(what + "the loss " + Name(graph, spec.loss) + " does not depend on param " +
-                                  Name(graph, p) + " (it would get no gradient; leave it out of params)");
-    }
-    Layout state = *ann;
-    if (!spec.state_layouts.empty() && spec.state_layouts[i].has_value()) {
-      const Layout& s = *spec.state_layouts[i];
-      if (s.global_shape() != ann->global_shape() || !(s.mesh() == ann->mesh())) {
-        return InvalidArgumentError(what + "state layout " + s.ToString() + " of param " + Name(graph, p) +
-                                    " does not match the param's " + ann->ToString());
-      }
-      if (s.HasPartial()) {
-        return InvalidArgumentError(what + "state layout " + s.PlacementsString() + " of param " + Name(graph, p) +
-                                    " has a Partial placement");
-      }
-      state = s;
-    }
+    MF_ASSIGN_OR_RETURN(Layout state, CheckParam(graph, spec, i, reaches, seen, what));
     state_layouts.push_back(std::move(state));
   }
   if (const std::optional<Layout>& la = graph.annotation(spec.loss); la.has_value() && !la->IsFullyReplicated()) {
     return InvalidArgumentError(what + "the loss " + Name(graph, spec.loss) + " is annotated " +
                                 la->PlacementsString() + "; the step returns a replicated loss");
   }
+  return state_layouts;
+}
 
-  StatusOr<std::vector<ValueId>> appended = AppendBackward(graph, spec.loss, spec.params);
-  if (!appended.ok()) return appended.status().WithContext(what + "backward");
-  const std::vector<ValueId> grads = std::move(*appended);
-  const std::vector<std::string> state_names = StateNames(spec.optimizer);
-  UpdateBuilder b(graph, spec.optimizer);
+// The optimizer part of the step graph: per param, its state inputs, its (clipped) gradient's
+// update, in spec.params order; the global-norm clipping first when the spec clips.
+struct StepUpdates {
   std::optional<UpdateBuilder::Clip> clip;
+  std::vector<std::vector<ValueId>> states;  // per param: its state inputs
+  std::vector<Update> updates;
+};
+
+StatusOr<StepUpdates> AppendUpdates(Graph& graph, const TrainStepSpec& spec, const std::vector<Layout>& state_layouts,
+                                    const std::vector<ValueId>& grads, UpdateBuilder& b, const std::string& what) {
+  const std::vector<std::string> state_names = StateNames(spec.optimizer);
+  StepUpdates out;
   if (spec.max_grad_norm.has_value()) {
     StatusOr<UpdateBuilder::Clip> c = b.ClipCoefficient(grads);
     if (!c.ok()) return c.status().WithContext(what + "gradient clipping");
-    clip = *c;
+    out.clip = *c;
   }
-  std::vector<std::vector<ValueId>> states;
-  std::vector<Update> updates;
   for (size_t i = 0; i < spec.params.size(); ++i) {
     const ValueId p = spec.params[i];
     const Value pv = graph.value(p);
@@ -299,8 +311,8 @@ StatusOr<CompiledTrainStep> CompileTrainStep(Graph graph, const TrainStepSpec& s
     }
     b.set_layout(state_layouts[i]);
     ValueId g = grads[i];
-    if (clip.has_value()) {
-      StatusOr<ValueId> c = b.Clipped(g, clip->coef, pv.name);
+    if (out.clip.has_value()) {
+      StatusOr<ValueId> c = b.Clipped(g, out.clip->coef, pv.name);
       if (!c.ok()) return c.status().WithContext(what + "clipping the gradient of param " + Name(graph, p));
       g = *c;
     }
@@ -308,49 +320,26 @@ StatusOr<CompiledTrainStep> CompileTrainStep(Graph graph, const TrainStepSpec& s
                              ? b.AdamW(p, g, s_in[0], s_in[1], pv.name)
                              : b.Sgd(p, g, s_in.empty() ? std::nullopt : std::optional<ValueId>(s_in[0]), pv.name);
     if (!u.ok()) return u.status().WithContext(what + "update of param " + Name(graph, p));
-    states.push_back(std::move(s_in));
-    updates.push_back(std::move(*u));
+    out.states.push_back(std::move(s_in));
+    out.updates.push_back(std::move(*u));
   }
-  // What each graph input is: a param, a state tensor, a scalar, else a batch tensor.
+  return out;
+}
+
+// What each graph input of the step is: a param, a state tensor, a scalar (from `scalars`), else
+// a batch tensor (appended to batch_inputs in graph input order).
+std::vector<StepInput> InputRoles(const Graph& graph, const TrainStepSpec& spec, const StepUpdates& u,
+                                  const std::vector<UpdateBuilder::ScalarInput>& scalars,
+                                  std::vector<ValueId>& batch_inputs) {
   std::vector<std::optional<StepInput>> role(graph.values().size());
   for (size_t i = 0; i < spec.params.size(); ++i) {
     role[static_cast<size_t>(spec.params[i])] = StepInput{StepInput::Kind::kParam, static_cast<int>(i), 0};
-    for (size_t k = 0; k < states[i].size(); ++k) {
-      role[static_cast<size_t>(states[i][k])] = StepInput{StepInput::Kind::kState, static_cast<int>(i), static_cast<int>(k)};
+    for (size_t k = 0; k < u.states[i].size(); ++k) {
+      role[static_cast<size_t>(u.states[i][k])] =
+          StepInput{StepInput::Kind::kState, static_cast<int>(i), static_cast<int>(k)};
     }
   }
-  for (const auto& s : b.scalars()) role[static_cast<size_t>(s.value)] = StepInput{StepInput::Kind::kScalar, s.kind, s.slot};
-  // Outputs: the loss, then each param's new value and new state in their input layouts.
-  const Placements replicated(static_cast<size_t>(graph.mesh().ndim()), Replicate{});
-  if (!graph.annotation(spec.loss).has_value()) MF_RETURN_IF_ERROR(graph.Annotate(spec.loss, replicated));
-  auto output_index = [&](ValueId v) -> StatusOr<int> {
-    for (size_t k = 0; k < graph.outputs().size(); ++k) {
-      if (graph.outputs()[k] == v) return static_cast<int>(k);
-    }
-    MF_RETURN_IF_ERROR(graph.MarkOutput(v));
-    return static_cast<int>(graph.outputs().size()) - 1;
-  };
-  MF_ASSIGN_OR_RETURN(const int loss_output, output_index(spec.loss));
-  std::vector<int> param_outputs;
-  std::vector<std::vector<int>> state_outputs;
-  for (size_t i = 0; i < updates.size(); ++i) {
-    MF_RETURN_IF_ERROR(graph.Annotate(updates[i].param, *graph.annotation(spec.params[i])));
-    MF_ASSIGN_OR_RETURN(int po, output_index(updates[i].param));
-    param_outputs.push_back(po);
-    std::vector<int> so;
-    for (ValueId s : updates[i].state) {
-      MF_RETURN_IF_ERROR(graph.Annotate(s, state_layouts[i]));
-      MF_ASSIGN_OR_RETURN(int k, output_index(s));
-      so.push_back(k);
-    }
-    state_outputs.push_back(std::move(so));
-  }
-  int norm_output = -1;
-  if (clip.has_value()) {
-    MF_RETURN_IF_ERROR(graph.Annotate(clip->norm, replicated));
-    MF_ASSIGN_OR_RETURN(norm_output, output_index(clip->norm));
-  }
-  std::vector<ValueId> batch_inputs;
+  for (const auto& s : scalars) role[static_cast<size_t>(s.value)] = StepInput{StepInput::Kind::kScalar, s.kind, s.slot};
   std::vector<StepInput> inputs;
   for (ValueId v : graph.inputs()) {
     if (role[static_cast<size_t>(v)].has_value()) {
@@ -360,11 +349,69 @@ StatusOr<CompiledTrainStep> CompileTrainStep(Graph graph, const TrainStepSpec& s
       batch_inputs.push_back(v);
     }
   }
+  return inputs;
+}
+
+// The step's outputs (indices into graph.outputs()): the loss, then each param's new value and new
+// state in their input layouts, then (clipping) the global gradient norm.
+struct StepOutputs {
+  int loss = -1;
+  std::vector<int> params;
+  std::vector<std::vector<int>> states;
+  int norm = -1;
+};
+
+StatusOr<StepOutputs> MarkStepOutputs(Graph& graph, const TrainStepSpec& spec, const std::vector<Layout>& state_layouts,
+                                      const StepUpdates& u) {
+  const Placements replicated(static_cast<size_t>(graph.mesh().ndim()), Replicate{});
+  if (!graph.annotation(spec.loss).has_value()) MF_RETURN_IF_ERROR(graph.Annotate(spec.loss, replicated));
+  auto output_index = [&](ValueId v) -> StatusOr<int> {
+    for (size_t k = 0; k < graph.outputs().size(); ++k) {
+      if (graph.outputs()[k] == v) return static_cast<int>(k);
+    }
+    MF_RETURN_IF_ERROR(graph.MarkOutput(v));
+    return static_cast<int>(graph.outputs().size()) - 1;
+  };
+  StepOutputs out;
+  MF_ASSIGN_OR_RETURN(out.loss, output_index(spec.loss));
+  for (size_t i = 0; i < u.updates.size(); ++i) {
+    MF_RETURN_IF_ERROR(graph.Annotate(u.updates[i].param, *graph.annotation(spec.params[i])));
+    MF_ASSIGN_OR_RETURN(int po, output_index(u.updates[i].param));
+    out.params.push_back(po);
+    std::vector<int> so;
+    for (ValueId s : u.updates[i].state) {
+      MF_RETURN_IF_ERROR(graph.Annotate(s, state_layouts[i]));
+      MF_ASSIGN_OR_RETURN(int k, output_index(s));
+      so.push_back(k);
+    }
+    out.states.push_back(std::move(so));
+  }
+  if (u.clip.has_value()) {
+    MF_RETURN_IF_ERROR(graph.Annotate(u.clip->norm, replicated));
+    MF_ASSIGN_OR_RETURN(out.norm, output_index(u.clip->norm));
+  }
+  return out;
+}
+
+
+}  // namespace
+
+StatusOr<CompiledTrainStep> CompileTrainStep(Graph graph, const TrainStepSpec& spec, const PropagationOptions& options) {
+  const std::string what = "compile train step: ";
+  MF_ASSIGN_OR_RETURN(const std::vector<Layout> state_layouts, CheckTrainStepSpec(graph, spec, what));
+  StatusOr<std::vector<ValueId>> appended = AppendBackward(graph, spec.loss, spec.params);
+  if (!appended.ok()) return appended.status().WithContext(what + "backward");
+  const std::vector<ValueId> grads = std::move(*appended);
+  UpdateBuilder b(graph, spec.optimizer);
+  MF_ASSIGN_OR_RETURN(StepUpdates u, AppendUpdates(graph, spec, state_layouts, grads, b, what));
+  std::vector<ValueId> batch_inputs;
+  std::vector<StepInput> inputs = InputRoles(graph, spec, u, b.scalars(), batch_inputs);
+  MF_ASSIGN_OR_RETURN(StepOutputs out, MarkStepOutputs(graph, spec, state_layouts, u));
   StatusOr<Program> program = Compile(graph, options);
   if (!program.ok()) return program.status().WithContext(what + "compile");
-  return CompiledTrainStep{std::move(*program),      spec.optimizer,   spec.params,          std::move(states),
-                           grads,                    std::move(batch_inputs), std::move(inputs), loss_output,
-                           std::move(param_outputs), std::move(state_outputs), spec.max_grad_norm, norm_output};
+  return CompiledTrainStep{std::move(*program),     spec.optimizer,          spec.params,       std::move(u.states),
+                           grads,                   std::move(batch_inputs), std::move(inputs), out.loss,
+                           std::move(out.params),   std::move(out.states),   spec.max_grad_norm, out.norm};
 }
 
 std::string CompiledTrainStep::ToText() const { return ProgramToText(program) + MemoryReportToText(ReportMemory(program)); }
