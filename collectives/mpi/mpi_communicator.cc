@@ -640,18 +640,6 @@ Status MpiCommunicator::ReduceScatterV(const void* send, std::span<const int64_t
       std::copy(counts.begin(), counts.end(), h.call.counts.begin());
       MF_RETURN_IF_ERROR(ExchangeHeaders(call, h, where, nullptr));
     }
-    const std::optional<MPI_Op> native = options_.deterministic ? std::nullopt : NativeOp(dtype, op);
-    if (native && !Overlap(send, total * es, recv, mine * es)) {
-      const std::vector<int> rcounts = ToInt(counts);
-      MPI_Request req = MPI_REQUEST_NULL;
-      MF_RETURN_IF_ERROR(call.Check(MPI_Ireduce_scatter(NonNull(send), NonNull(recv), rcounts.data(), MpiType(dtype),
-                                                        *native, comm_, &req),
-                                    "MPI_Ireduce_scatter"));
-      MF_RETURN_IF_ERROR(call.Wait(req, "MPI_Ireduce_scatter"));
-      if (op == ReduceOp::kAvg) DivideByGroupSize(recv, mine, dtype, n);
-      CountBytes((total - mine) * es, (n - 1) * mine * es);
-      return Status();
-    }
     // Rank q receives block q of every rank; blocks land in rank order in `staged`. This rank's own
     // block is reduced straight from `send` (not copied through MPI) unless recv overlaps send.
     const bool own_direct = !Overlap(send, total * es, recv, mine * es);

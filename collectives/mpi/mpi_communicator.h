@@ -22,10 +22,11 @@
 //   AllToAllV       MPI_Ialltoallv
 //   Broadcast       MPI_Ibcast
 //   Barrier         MPI_Ibarrier (implied by the header exchange when validation is on, see below)
-//   ReduceScatterV  native (default, see MpiOptions::deterministic): MPI_Ireduce_scatter.
-//                   deterministic: MPI_Ialltoallv (rank q receives block q of every other rank),
-//                   then every rank reduces its block locally with ReduceBuffers
-//                   (collectives/reduce.h) in group-rank order, reading its own block from `send`
+//   ReduceScatterV  MPI_Ialltoallv (rank q receives block q of every other rank), then every rank
+//                   reduces its block locally with ReduceBuffers (collectives/reduce.h) in
+//                   group-rank order, reading its own block straight from `send`: deterministic
+//                   always, and ~3x faster than OpenMPI 4.1's MPI_Reduce_scatter(_block) at 4-64 MiB
+//                   on np 2 and 4 (bench/README.md), so there is no native variant
 //   AllReduce       native (default): MPI_Iallreduce. deterministic: the threads backend's
 //                   algorithm: MPI_Ialltoallv of torch.chunk chunks (chunk = ceil(count/n); the own
 //                   chunk is not sent to itself), local rank-order reduction of chunk `rank()`
@@ -34,16 +35,16 @@
 //                   transfers to self are local copies
 //   Split           header exchange (below), then MPI_Comm_split (every member has arrived, so the
 //                   blocking call cannot wait for an absent rank)
-// Native and deterministic reductions. MPI's own MPI_Iallreduce / MPI_Ireduce_scatter are the
-// fastest on a given machine but use implementation-chosen association orders (trees, rings), so
-// float sums differ from the threads backend in the last bits. MpiOptions::deterministic = true
-// makes every reduction a rank-order fold with collectives/reduce.h (the threads backend's bits;
-// bytes moved exactly as its header counts; planner/cost_model.h), for tests that compare backends
-// bitwise and for reproducible runs. Native covers f32, f64, i32 and i64 with sum, max and min, and
-// avg of f32 / f64 (an MPI sum divided by the group size, as ReduceBuffers divides its sum); bf16
-// (no MPI type), integer avg (truncation of the wide sum) and a reduce-scatter whose recv overlaps
-// send always take the rank-order path. Integer sums, max and min are equal either way (modular
-// sums do not depend on the order); NaN propagation in native max / min follows the MPI library.
+// Native and deterministic all-reduce. MPI's own MPI_Iallreduce is the fastest all-reduce on a
+// given machine but uses implementation-chosen association orders (trees, rings), so float sums
+// differ from the threads backend in the last bits. MpiOptions::deterministic = true makes it a
+// rank-order fold with collectives/reduce.h (the threads backend's bits; bytes moved exactly as
+// its header counts; planner/cost_model.h), for tests that compare backends bitwise and for
+// reproducible runs. Native covers f32, f64, i32 and i64 with sum, max and min, and avg of f32 /
+// f64 (an MPI sum divided by the group size, as ReduceBuffers divides its sum); bf16 (no MPI type)
+// and integer avg (truncation of the wide sum) always take the rank-order path. Integer sums, max
+// and min are equal either way (modular sums do not depend on the order); NaN propagation in
+// native max / min follows the MPI library. ReduceScatterV is always the rank-order fold (above).
 //
 // Validation (MpiOptions::validate, on by default). Before its payload, every collective exchanges a
 // small header with every other member (MPI_Isend/MPI_Irecv, tag kHeaderTag): a per-communicator
@@ -146,9 +147,9 @@ struct MpiOptions {
   // and the line of the Communicator call), compared across ranks (communicator.h). Must be the
   // same on every rank.
   bool check_call_sites = true;
-  // Reductions bit-identical to the threads backend (rank-order folds; see "Native and
-  // deterministic reductions" above). Off: MPI's own reductions where they apply. Must be the same
-  // on every rank.
+  // AllReduce bit-identical to the threads backend (a rank-order fold; see "Native and
+  // deterministic all-reduce" above). Off: MPI_Iallreduce where it applies. Must be the same on
+  // every rank.
   bool deterministic = false;
 };
 
