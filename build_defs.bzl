@@ -50,10 +50,16 @@ def mf_cc_library(name, copts = [], **kwargs):
     # Bazel strips the package path from headers when only include_prefix is given, so the
     # prefix names the package again.
     package = native.package_name()
+
+    # Every header starts with MESHFLOW_CHECK_INCLUDE_PATH() (base/include_check.h).
+    deps = kwargs.pop("deps", [])
+    if not (package == "base" and name == "include_check"):
+        deps = deps + [str(Label("//base:include_check"))]
     native.cc_library(
         name = name,
         copts = MESHFLOW_COPTS + copts + _optimize_copts(),
         include_prefix = "meshflow/" + package if package else "meshflow",
+        deps = deps,
         **kwargs
     )
 

@@ -31,6 +31,9 @@
 #ifndef MESHFLOW_MESHFLOW_H_
 #define MESHFLOW_MESHFLOW_H_
 
+#include "meshflow/base/include_check.h"
+MESHFLOW_CHECK_INCLUDE_PATH();
+
 // Status, StatusOr, MF_RETURN_IF_ERROR, MF_ASSIGN_OR_RETURN.
 #include "meshflow/base/status.h"
 // DeviceMesh: an N-D grid of ranks with named dims.

@@ -29,6 +29,9 @@
 #ifndef MESHFLOW_AUTOGRAD_VARIABLE_H_
 #define MESHFLOW_AUTOGRAD_VARIABLE_H_
 
+#include "meshflow/base/include_check.h"
+MESHFLOW_CHECK_INCLUDE_PATH();
+
 #include <functional>
 #include <memory>
 #include <optional>

@@ -15,6 +15,9 @@
 #ifndef MESHFLOW_AUTOGRAD_VJP_H_
 #define MESHFLOW_AUTOGRAD_VJP_H_
 
+#include "meshflow/base/include_check.h"
+MESHFLOW_CHECK_INCLUDE_PATH();
+
 #include <optional>
 #include <span>
 #include <vector>

@@ -14,6 +14,9 @@
 #ifndef MESHFLOW_BASE_BYTE_IO_H_
 #define MESHFLOW_BASE_BYTE_IO_H_
 
+#include "meshflow/base/include_check.h"
+MESHFLOW_CHECK_INCLUDE_PATH();
+
 #include <concepts>
 #include <cstddef>
 #include <string>

@@ -8,6 +8,9 @@
 #ifndef MESHFLOW_BASE_CLI_H_
 #define MESHFLOW_BASE_CLI_H_
 
+#include "meshflow/base/include_check.h"
+MESHFLOW_CHECK_INCLUDE_PATH();
+
 #include <cstddef>
 #include <initializer_list>
 #include <string>

@@ -6,6 +6,9 @@
 #ifndef MESHFLOW_BASE_HASH_H_
 #define MESHFLOW_BASE_HASH_H_
 
+#include "meshflow/base/include_check.h"
+MESHFLOW_CHECK_INCLUDE_PATH();
+
 #include <cstdint>
 
 namespace meshflow {

@@ -9,6 +9,9 @@
 #ifndef MESHFLOW_BASE_LCG_H_
 #define MESHFLOW_BASE_LCG_H_
 
+#include "meshflow/base/include_check.h"
+MESHFLOW_CHECK_INCLUDE_PATH();
+
 #include <cstdint>
 
 namespace meshflow {

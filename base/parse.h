@@ -8,6 +8,9 @@
 #ifndef MESHFLOW_BASE_PARSE_H_
 #define MESHFLOW_BASE_PARSE_H_
 
+#include "meshflow/base/include_check.h"
+MESHFLOW_CHECK_INCLUDE_PATH();
+
 #include <cstdint>
 #include <string_view>
 #include <vector>

@@ -12,6 +12,9 @@
 #ifndef MESHFLOW_BASE_STATUS_H_
 #define MESHFLOW_BASE_STATUS_H_
 
+#include "meshflow/base/include_check.h"
+MESHFLOW_CHECK_INCLUDE_PATH();
+
 // Every meshflow header includes this one: a consumer that forgets C++20 gets one line naming the
 // fix instead of dozens of errors inside meshflow.
 #if __cplusplus < 202002L

@@ -10,6 +10,9 @@
 #ifndef MESHFLOW_BASE_STRINGS_H_
 #define MESHFLOW_BASE_STRINGS_H_
 
+#include "meshflow/base/include_check.h"
+MESHFLOW_CHECK_INCLUDE_PATH();
+
 #include <cstddef>
 #include <cstdint>
 #include <span>

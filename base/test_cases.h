@@ -9,6 +9,9 @@
 #ifndef MESHFLOW_BASE_TEST_CASES_H_
 #define MESHFLOW_BASE_TEST_CASES_H_
 
+#include "meshflow/base/include_check.h"
+MESHFLOW_CHECK_INCLUDE_PATH();
+
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>

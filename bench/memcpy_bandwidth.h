@@ -5,6 +5,9 @@
 #ifndef MESHFLOW_BENCH_MEMCPY_BANDWIDTH_H_
 #define MESHFLOW_BENCH_MEMCPY_BANDWIDTH_H_
 
+#include "meshflow/base/include_check.h"
+MESHFLOW_CHECK_INCLUDE_PATH();
+
 #include <benchmark/benchmark.h>
 
 #include <algorithm>

@@ -3,6 +3,9 @@
 #ifndef MESHFLOW_CHECKPOINT_AGREE_H_
 #define MESHFLOW_CHECKPOINT_AGREE_H_
 
+#include "meshflow/base/include_check.h"
+MESHFLOW_CHECK_INCLUDE_PATH();
+
 #include "meshflow/base/status.h"
 #include "meshflow/collectives/communicator.h"
 

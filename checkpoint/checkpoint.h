@@ -59,6 +59,9 @@
 #ifndef MESHFLOW_CHECKPOINT_CHECKPOINT_H_
 #define MESHFLOW_CHECKPOINT_CHECKPOINT_H_
 
+#include "meshflow/base/include_check.h"
+MESHFLOW_CHECK_INCLUDE_PATH();
+
 #include <cstdint>
 #include <functional>
 #include <optional>

@@ -20,6 +20,9 @@
 #ifndef MESHFLOW_CHECKPOINT_FORMAT_H_
 #define MESHFLOW_CHECKPOINT_FORMAT_H_
 
+#include "meshflow/base/include_check.h"
+MESHFLOW_CHECK_INCLUDE_PATH();
+
 #include <cstdint>
 #include <string>
 #include <string_view>

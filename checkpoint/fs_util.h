@@ -5,6 +5,9 @@
 #ifndef MESHFLOW_CHECKPOINT_FS_UTIL_H_
 #define MESHFLOW_CHECKPOINT_FS_UTIL_H_
 
+#include "meshflow/base/include_check.h"
+MESHFLOW_CHECK_INCLUDE_PATH();
+
 #include <cstddef>
 #include <cstdint>
 #include <span>

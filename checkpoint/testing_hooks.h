@@ -7,6 +7,9 @@
 #ifndef MESHFLOW_CHECKPOINT_TESTING_HOOKS_H_
 #define MESHFLOW_CHECKPOINT_TESTING_HOOKS_H_
 
+#include "meshflow/base/include_check.h"
+MESHFLOW_CHECK_INCLUDE_PATH();
+
 #include <functional>
 #include <string>
 #include <string_view>

@@ -13,6 +13,9 @@
 #ifndef MESHFLOW_COLLECTIVES_CALL_CHECK_H_
 #define MESHFLOW_COLLECTIVES_CALL_CHECK_H_
 
+#include "meshflow/base/include_check.h"
+MESHFLOW_CHECK_INCLUDE_PATH();
+
 #include <cstdint>
 #include <functional>
 #include <span>

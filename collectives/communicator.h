@@ -33,6 +33,9 @@
 #ifndef MESHFLOW_COLLECTIVES_COMMUNICATOR_H_
 #define MESHFLOW_COLLECTIVES_COMMUNICATOR_H_
 
+#include "meshflow/base/include_check.h"
+MESHFLOW_CHECK_INCLUDE_PATH();
+
 #include <cstdint>
 #include <memory>
 #include <span>

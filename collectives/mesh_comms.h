@@ -11,6 +11,9 @@
 #ifndef MESHFLOW_COLLECTIVES_MESH_COMMS_H_
 #define MESHFLOW_COLLECTIVES_MESH_COMMS_H_
 
+#include "meshflow/base/include_check.h"
+MESHFLOW_CHECK_INCLUDE_PATH();
+
 #include <map>
 #include <memory>
 #include <span>

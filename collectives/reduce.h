@@ -30,6 +30,9 @@
 #ifndef MESHFLOW_COLLECTIVES_REDUCE_H_
 #define MESHFLOW_COLLECTIVES_REDUCE_H_
 
+#include "meshflow/base/include_check.h"
+MESHFLOW_CHECK_INCLUDE_PATH();
+
 #include <cstdint>
 #include <span>
 

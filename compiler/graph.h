@@ -29,6 +29,9 @@
 #ifndef MESHFLOW_COMPILER_GRAPH_H_
 #define MESHFLOW_COMPILER_GRAPH_H_
 
+#include "meshflow/base/include_check.h"
+MESHFLOW_CHECK_INCLUDE_PATH();
+
 #include <cstdint>
 #include <optional>
 #include <span>

@@ -21,6 +21,9 @@
 #ifndef MESHFLOW_COMPILER_GRAPH_AUTODIFF_H_
 #define MESHFLOW_COMPILER_GRAPH_AUTODIFF_H_
 
+#include "meshflow/base/include_check.h"
+MESHFLOW_CHECK_INCLUDE_PATH();
+
 #include <span>
 #include <vector>
 

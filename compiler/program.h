@@ -43,6 +43,9 @@
 #ifndef MESHFLOW_COMPILER_PROGRAM_H_
 #define MESHFLOW_COMPILER_PROGRAM_H_
 
+#include "meshflow/base/include_check.h"
+MESHFLOW_CHECK_INCLUDE_PATH();
+
 #include <cstdint>
 #include <map>
 #include <memory>

@@ -43,6 +43,9 @@
 #ifndef MESHFLOW_COMPILER_PROPAGATION_H_
 #define MESHFLOW_COMPILER_PROPAGATION_H_
 
+#include "meshflow/base/include_check.h"
+MESHFLOW_CHECK_INCLUDE_PATH();
+
 #include <optional>
 #include <string>
 #include <vector>

@@ -14,6 +14,9 @@
 #ifndef MESHFLOW_CUDA_CUDA_STATUS_H_
 #define MESHFLOW_CUDA_CUDA_STATUS_H_
 
+#include "meshflow/base/include_check.h"
+MESHFLOW_CHECK_INCLUDE_PATH();
+
 #include <cuda_runtime_api.h>
 
 #include <string>

@@ -7,6 +7,9 @@
 #ifndef MESHFLOW_CUDA_CUDA_TEST_UTIL_H_
 #define MESHFLOW_CUDA_CUDA_TEST_UTIL_H_
 
+#include "meshflow/base/include_check.h"
+MESHFLOW_CHECK_INCLUDE_PATH();
+
 #include <string>
 
 #include <gtest/gtest.h>

@@ -4,6 +4,9 @@
 #ifndef MESHFLOW_CUDA_GRID_H_
 #define MESHFLOW_CUDA_GRID_H_
 
+#include "meshflow/base/include_check.h"
+MESHFLOW_CHECK_INCLUDE_PATH();
+
 #include <cstdint>
 
 namespace meshflow::cuda_grid {

@@ -53,6 +53,9 @@
 #ifndef MESHFLOW_DATA_LOADER_H_
 #define MESHFLOW_DATA_LOADER_H_
 
+#include "meshflow/base/include_check.h"
+MESHFLOW_CHECK_INCLUDE_PATH();
+
 #include <condition_variable>
 #include <cstdint>
 #include <deque>

@@ -35,6 +35,9 @@
 #ifndef MESHFLOW_DATA_PACKED_H_
 #define MESHFLOW_DATA_PACKED_H_
 
+#include "meshflow/base/include_check.h"
+MESHFLOW_CHECK_INCLUDE_PATH();
+
 #include <cstdint>
 #include <memory>
 #include <span>

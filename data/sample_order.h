@@ -13,6 +13,9 @@
 #ifndef MESHFLOW_DATA_SAMPLE_ORDER_H_
 #define MESHFLOW_DATA_SAMPLE_ORDER_H_
 
+#include "meshflow/base/include_check.h"
+MESHFLOW_CHECK_INCLUDE_PATH();
+
 #include <cstdint>
 
 namespace meshflow {

@@ -4,6 +4,9 @@
 #ifndef MESHFLOW_DATA_TEST_UTIL_H_
 #define MESHFLOW_DATA_TEST_UTIL_H_
 
+#include "meshflow/base/include_check.h"
+MESHFLOW_CHECK_INCLUDE_PATH();
+
 #include <gtest/gtest.h>
 
 #include <cstddef>

@@ -45,6 +45,9 @@
 #ifndef MESHFLOW_DATA_TOKEN_FILE_H_
 #define MESHFLOW_DATA_TOKEN_FILE_H_
 
+#include "meshflow/base/include_check.h"
+MESHFLOW_CHECK_INCLUDE_PATH();
+
 #include <cstddef>
 #include <cstdint>
 #include <memory>

@@ -16,6 +16,9 @@
 #ifndef MESHFLOW_DTENSOR_DTENSOR_H_
 #define MESHFLOW_DTENSOR_DTENSOR_H_
 
+#include "meshflow/base/include_check.h"
+MESHFLOW_CHECK_INCLUDE_PATH();
+
 #include "meshflow/base/status.h"
 #include "meshflow/dtensor/layout.h"
 #include "meshflow/dtensor/tensor.h"

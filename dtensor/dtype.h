@@ -5,6 +5,9 @@
 #ifndef MESHFLOW_DTENSOR_DTYPE_H_
 #define MESHFLOW_DTENSOR_DTYPE_H_
 
+#include "meshflow/base/include_check.h"
+MESHFLOW_CHECK_INCLUDE_PATH();
+
 #include <bit>
 #include <cstdint>
 #include <cstring>

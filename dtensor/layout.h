@@ -18,6 +18,9 @@
 #ifndef MESHFLOW_DTENSOR_LAYOUT_H_
 #define MESHFLOW_DTENSOR_LAYOUT_H_
 
+#include "meshflow/base/include_check.h"
+MESHFLOW_CHECK_INCLUDE_PATH();
+
 #include <cstdint>
 #include <optional>
 #include <span>

@@ -9,6 +9,9 @@
 #ifndef MESHFLOW_DTENSOR_PLACEMENT_H_
 #define MESHFLOW_DTENSOR_PLACEMENT_H_
 
+#include "meshflow/base/include_check.h"
+MESHFLOW_CHECK_INCLUDE_PATH();
+
 #include <span>
 #include <string>
 #include <string_view>

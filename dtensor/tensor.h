@@ -14,6 +14,9 @@
 #ifndef MESHFLOW_DTENSOR_TENSOR_H_
 #define MESHFLOW_DTENSOR_TENSOR_H_
 
+#include "meshflow/base/include_check.h"
+MESHFLOW_CHECK_INCLUDE_PATH();
+
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>

@@ -19,6 +19,9 @@
 #ifndef MESHFLOW_DTENSOR_TENSOR_BUFFER_H_
 #define MESHFLOW_DTENSOR_TENSOR_BUFFER_H_
 
+#include "meshflow/base/include_check.h"
+MESHFLOW_CHECK_INCLUDE_PATH();
+
 #include <cstddef>
 #include <cstdint>
 #include <memory>

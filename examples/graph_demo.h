@@ -20,6 +20,9 @@
 #ifndef MESHFLOW_EXAMPLES_GRAPH_DEMO_H_
 #define MESHFLOW_EXAMPLES_GRAPH_DEMO_H_
 
+#include "meshflow/base/include_check.h"
+MESHFLOW_CHECK_INCLUDE_PATH();
+
 #include <functional>
 #include <string>
 

@@ -45,6 +45,9 @@
 #ifndef MESHFLOW_LAUNCH_CUDA_WORLD_H_
 #define MESHFLOW_LAUNCH_CUDA_WORLD_H_
 
+#include "meshflow/base/include_check.h"
+MESHFLOW_CHECK_INCLUDE_PATH();
+
 #include "meshflow/base/status.h"
 #include "meshflow/launch/world.h"
 

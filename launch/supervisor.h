@@ -22,6 +22,9 @@
 #ifndef MESHFLOW_LAUNCH_SUPERVISOR_H_
 #define MESHFLOW_LAUNCH_SUPERVISOR_H_
 
+#include "meshflow/base/include_check.h"
+MESHFLOW_CHECK_INCLUDE_PATH();
+
 #include <functional>
 #include <set>
 #include <string>

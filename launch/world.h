@@ -73,6 +73,9 @@
 #ifndef MESHFLOW_LAUNCH_WORLD_H_
 #define MESHFLOW_LAUNCH_WORLD_H_
 
+#include "meshflow/base/include_check.h"
+MESHFLOW_CHECK_INCLUDE_PATH();
+
 #include <functional>
 #include <memory>
 #include <optional>

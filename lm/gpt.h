@@ -20,6 +20,9 @@
 #ifndef MESHFLOW_LM_GPT_H_
 #define MESHFLOW_LM_GPT_H_
 
+#include "meshflow/base/include_check.h"
+MESHFLOW_CHECK_INCLUDE_PATH();
+
 #include <cstdint>
 #include <memory>
 #include <string>

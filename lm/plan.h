@@ -29,6 +29,9 @@
 #ifndef MESHFLOW_LM_PLAN_H_
 #define MESHFLOW_LM_PLAN_H_
 
+#include "meshflow/base/include_check.h"
+MESHFLOW_CHECK_INCLUDE_PATH();
+
 #include <cstdint>
 #include <optional>
 #include <string>

@@ -32,6 +32,9 @@
 #ifndef MESHFLOW_LM_TRAINER_H_
 #define MESHFLOW_LM_TRAINER_H_
 
+#include "meshflow/base/include_check.h"
+MESHFLOW_CHECK_INCLUDE_PATH();
+
 #include <cstdint>
 #include <cstdio>
 #include <optional>

@@ -17,6 +17,9 @@
 #ifndef MESHFLOW_MESH_DEVICE_MESH_H_
 #define MESHFLOW_MESH_DEVICE_MESH_H_
 
+#include "meshflow/base/include_check.h"
+MESHFLOW_CHECK_INCLUDE_PATH();
+
 #include <cstdint>
 #include <memory>
 #include <mutex>

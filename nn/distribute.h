@@ -28,6 +28,9 @@
 #ifndef MESHFLOW_NN_DISTRIBUTE_H_
 #define MESHFLOW_NN_DISTRIBUTE_H_
 
+#include "meshflow/base/include_check.h"
+MESHFLOW_CHECK_INCLUDE_PATH();
+
 #include "meshflow/base/status.h"
 #include "meshflow/runtime/rank_context.h"
 #include "meshflow/dtensor/dtensor.h"

@@ -45,6 +45,9 @@
 #ifndef MESHFLOW_NN_FSDP_BLOCKS_H_
 #define MESHFLOW_NN_FSDP_BLOCKS_H_
 
+#include "meshflow/base/include_check.h"
+MESHFLOW_CHECK_INCLUDE_PATH();
+
 #include <memory>
 #include <utility>
 #include <vector>

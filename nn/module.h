@@ -39,6 +39,9 @@
 #ifndef MESHFLOW_NN_MODULE_H_
 #define MESHFLOW_NN_MODULE_H_
 
+#include "meshflow/base/include_check.h"
+MESHFLOW_CHECK_INCLUDE_PATH();
+
 #include <cstdint>
 #include <map>
 #include <memory>

@@ -36,6 +36,9 @@
 #ifndef MESHFLOW_NN_PARALLEL_H_
 #define MESHFLOW_NN_PARALLEL_H_
 
+#include "meshflow/base/include_check.h"
+MESHFLOW_CHECK_INCLUDE_PATH();
+
 #include <string>
 #include <string_view>
 #include <variant>

@@ -12,6 +12,9 @@
 #ifndef MESHFLOW_OPS_BLAS_H_
 #define MESHFLOW_OPS_BLAS_H_
 
+#include "meshflow/base/include_check.h"
+MESHFLOW_CHECK_INCLUDE_PATH();
+
 #include <cstdint>
 
 #include "meshflow/base/status.h"

@@ -21,6 +21,9 @@
 #ifndef MESHFLOW_OPS_CPU_VECTOR_H_
 #define MESHFLOW_OPS_CPU_VECTOR_H_
 
+#include "meshflow/base/include_check.h"
+MESHFLOW_CHECK_INCLUDE_PATH();
+
 #include <cstdint>
 #include <string_view>
 

@@ -4,6 +4,9 @@
 #ifndef MESHFLOW_OPS_CPU_VECTOR_IMPL_H_
 #define MESHFLOW_OPS_CPU_VECTOR_IMPL_H_
 
+#include "meshflow/base/include_check.h"
+MESHFLOW_CHECK_INCLUDE_PATH();
+
 #include <cstdint>
 
 #include "meshflow/ops/op_kinds.h"

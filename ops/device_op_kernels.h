@@ -20,6 +20,9 @@
 #ifndef MESHFLOW_OPS_DEVICE_OP_KERNELS_H_
 #define MESHFLOW_OPS_DEVICE_OP_KERNELS_H_
 
+#include "meshflow/base/include_check.h"
+MESHFLOW_CHECK_INCLUDE_PATH();
+
 #include <cstdint>
 #include <functional>
 #include <memory>

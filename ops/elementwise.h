@@ -25,6 +25,9 @@
 #ifndef MESHFLOW_OPS_ELEMENTWISE_H_
 #define MESHFLOW_OPS_ELEMENTWISE_H_
 
+#include "meshflow/base/include_check.h"
+MESHFLOW_CHECK_INCLUDE_PATH();
+
 #include <cmath>
 #include <cstddef>
 #include <cstdint>

@@ -16,6 +16,9 @@
 #ifndef MESHFLOW_OPS_FAKE_DEVICE_OP_KERNELS_H_
 #define MESHFLOW_OPS_FAKE_DEVICE_OP_KERNELS_H_
 
+#include "meshflow/base/include_check.h"
+MESHFLOW_CHECK_INCLUDE_PATH();
+
 namespace meshflow {
 
 // Registers the fake kernels as the CUDA op kernels (idempotent). False when another factory (the

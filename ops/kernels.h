@@ -19,6 +19,9 @@
 #ifndef MESHFLOW_OPS_KERNELS_H_
 #define MESHFLOW_OPS_KERNELS_H_
 
+#include "meshflow/base/include_check.h"
+MESHFLOW_CHECK_INCLUDE_PATH();
+
 #include <cstdint>
 #include <functional>
 #include <span>

@@ -7,6 +7,9 @@
 #ifndef MESHFLOW_OPS_OP_KINDS_H_
 #define MESHFLOW_OPS_OP_KINDS_H_
 
+#include "meshflow/base/include_check.h"
+MESHFLOW_CHECK_INCLUDE_PATH();
+
 namespace meshflow {
 
 enum class BinaryOp { kAdd, kSub, kMul, kDiv };

@@ -13,6 +13,9 @@
 #ifndef MESHFLOW_OPS_OP_SPEC_H_
 #define MESHFLOW_OPS_OP_SPEC_H_
 
+#include "meshflow/base/include_check.h"
+MESHFLOW_CHECK_INCLUDE_PATH();
+
 #include <cstdint>
 #include <optional>
 #include <span>

@@ -5,6 +5,9 @@
 #ifndef MESHFLOW_OPS_OP_TEST_CASES_H_
 #define MESHFLOW_OPS_OP_TEST_CASES_H_
 
+#include "meshflow/base/include_check.h"
+MESHFLOW_CHECK_INCLUDE_PATH();
+
 #include <cmath>
 #include <cstdint>
 #include <random>

@@ -11,6 +11,9 @@
 #ifndef MESHFLOW_OPS_SHAPE_UTIL_H_
 #define MESHFLOW_OPS_SHAPE_UTIL_H_
 
+#include "meshflow/base/include_check.h"
+MESHFLOW_CHECK_INCLUDE_PATH();
+
 #include <cstdint>
 #include <span>
 #include <string>

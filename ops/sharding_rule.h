@@ -43,6 +43,9 @@
 #ifndef MESHFLOW_OPS_SHARDING_RULE_H_
 #define MESHFLOW_OPS_SHARDING_RULE_H_
 
+#include "meshflow/base/include_check.h"
+MESHFLOW_CHECK_INCLUDE_PATH();
+
 #include <cstdint>
 #include <optional>
 #include <span>

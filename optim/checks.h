@@ -3,6 +3,9 @@
 #ifndef MESHFLOW_OPTIM_CHECKS_H_
 #define MESHFLOW_OPTIM_CHECKS_H_
 
+#include "meshflow/base/include_check.h"
+MESHFLOW_CHECK_INCLUDE_PATH();
+
 #include <string_view>
 
 #include "meshflow/base/status.h"

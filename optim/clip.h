@@ -5,6 +5,9 @@
 #ifndef MESHFLOW_OPTIM_CLIP_H_
 #define MESHFLOW_OPTIM_CLIP_H_
 
+#include "meshflow/base/include_check.h"
+MESHFLOW_CHECK_INCLUDE_PATH();
+
 #include <span>
 
 #include "meshflow/base/status.h"

@@ -8,6 +8,9 @@
 #ifndef MESHFLOW_OPTIM_DEVICE_MATH_H_
 #define MESHFLOW_OPTIM_DEVICE_MATH_H_
 
+#include "meshflow/base/include_check.h"
+MESHFLOW_CHECK_INCLUDE_PATH();
+
 #include <cstdint>
 #include <memory>
 

@@ -32,6 +32,9 @@
 #ifndef MESHFLOW_OPTIM_GRAD_REDUCER_H_
 #define MESHFLOW_OPTIM_GRAD_REDUCER_H_
 
+#include "meshflow/base/include_check.h"
+MESHFLOW_CHECK_INCLUDE_PATH();
+
 #include <cstdint>
 #include <memory>
 #include <vector>

@@ -64,6 +64,9 @@
 #ifndef MESHFLOW_OPTIM_OPTIMIZER_H_
 #define MESHFLOW_OPTIM_OPTIMIZER_H_
 
+#include "meshflow/base/include_check.h"
+MESHFLOW_CHECK_INCLUDE_PATH();
+
 #include <cstdint>
 #include <memory>
 #include <optional>

@@ -2,6 +2,9 @@
 #ifndef MESHFLOW_OPTIM_SCHEDULE_H_
 #define MESHFLOW_OPTIM_SCHEDULE_H_
 
+#include "meshflow/base/include_check.h"
+MESHFLOW_CHECK_INCLUDE_PATH();
+
 #include <cstdint>
 
 #include "meshflow/base/status.h"

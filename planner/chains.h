@@ -5,6 +5,9 @@
 #ifndef MESHFLOW_PLANNER_CHAINS_H_
 #define MESHFLOW_PLANNER_CHAINS_H_
 
+#include "meshflow/base/include_check.h"
+MESHFLOW_CHECK_INCLUDE_PATH();
+
 #include <cstdint>
 #include <span>
 #include <vector>

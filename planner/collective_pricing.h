@@ -6,6 +6,9 @@
 #ifndef MESHFLOW_PLANNER_COLLECTIVE_PRICING_H_
 #define MESHFLOW_PLANNER_COLLECTIVE_PRICING_H_
 
+#include "meshflow/base/include_check.h"
+MESHFLOW_CHECK_INCLUDE_PATH();
+
 #include <algorithm>
 #include <cstdint>
 #include <span>

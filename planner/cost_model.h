@@ -21,6 +21,9 @@
 #ifndef MESHFLOW_PLANNER_COST_MODEL_H_
 #define MESHFLOW_PLANNER_COST_MODEL_H_
 
+#include "meshflow/base/include_check.h"
+MESHFLOW_CHECK_INCLUDE_PATH();
+
 #include <cstdint>
 #include <vector>
 

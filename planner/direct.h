@@ -12,6 +12,9 @@
 #ifndef MESHFLOW_PLANNER_DIRECT_H_
 #define MESHFLOW_PLANNER_DIRECT_H_
 
+#include "meshflow/base/include_check.h"
+MESHFLOW_CHECK_INCLUDE_PATH();
+
 #include <cstdint>
 #include <span>
 #include <vector>

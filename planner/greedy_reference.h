@@ -29,6 +29,9 @@
 #ifndef MESHFLOW_PLANNER_GREEDY_REFERENCE_H_
 #define MESHFLOW_PLANNER_GREEDY_REFERENCE_H_
 
+#include "meshflow/base/include_check.h"
+MESHFLOW_CHECK_INCLUDE_PATH();
+
 #include "meshflow/base/status.h"
 #include "meshflow/dtensor/dtype.h"
 #include "meshflow/dtensor/layout.h"

@@ -22,6 +22,9 @@
 #ifndef MESHFLOW_PLANNER_PLAN_H_
 #define MESHFLOW_PLANNER_PLAN_H_
 
+#include "meshflow/base/include_check.h"
+MESHFLOW_CHECK_INCLUDE_PATH();
+
 #include <cstdint>
 #include <optional>
 #include <string>

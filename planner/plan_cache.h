@@ -17,6 +17,9 @@
 #ifndef MESHFLOW_PLANNER_PLAN_CACHE_H_
 #define MESHFLOW_PLANNER_PLAN_CACHE_H_
 
+#include "meshflow/base/include_check.h"
+MESHFLOW_CHECK_INCLUDE_PATH();
+
 #include <condition_variable>
 #include <cstdint>
 #include <memory>

@@ -36,6 +36,9 @@
 #ifndef MESHFLOW_PLANNER_PLAN_FORMAT_H_
 #define MESHFLOW_PLANNER_PLAN_FORMAT_H_
 
+#include "meshflow/base/include_check.h"
+MESHFLOW_CHECK_INCLUDE_PATH();
+
 #include <string>
 
 #include "meshflow/base/json.h"

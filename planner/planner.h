@@ -16,6 +16,9 @@
 #ifndef MESHFLOW_PLANNER_PLANNER_H_
 #define MESHFLOW_PLANNER_PLANNER_H_
 
+#include "meshflow/base/include_check.h"
+MESHFLOW_CHECK_INCLUDE_PATH();
+
 #include <memory>
 #include <string_view>
 

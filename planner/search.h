@@ -57,6 +57,9 @@
 #ifndef MESHFLOW_PLANNER_SEARCH_H_
 #define MESHFLOW_PLANNER_SEARCH_H_
 
+#include "meshflow/base/include_check.h"
+MESHFLOW_CHECK_INCLUDE_PATH();
+
 #include <string>
 #include <vector>
 

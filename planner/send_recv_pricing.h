@@ -7,6 +7,9 @@
 #ifndef MESHFLOW_PLANNER_SEND_RECV_PRICING_H_
 #define MESHFLOW_PLANNER_SEND_RECV_PRICING_H_
 
+#include "meshflow/base/include_check.h"
+MESHFLOW_CHECK_INCLUDE_PATH();
+
 #include <cstdint>
 #include <optional>
 #include <span>

@@ -19,6 +19,9 @@
 #ifndef MESHFLOW_PLANNER_STEP_COST_H_
 #define MESHFLOW_PLANNER_STEP_COST_H_
 
+#include "meshflow/base/include_check.h"
+MESHFLOW_CHECK_INCLUDE_PATH();
+
 #include <cstdint>
 #include <span>
 

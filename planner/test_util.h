@@ -3,6 +3,9 @@
 #ifndef MESHFLOW_PLANNER_TEST_UTIL_H_
 #define MESHFLOW_PLANNER_TEST_UTIL_H_
 
+#include "meshflow/base/include_check.h"
+MESHFLOW_CHECK_INCLUDE_PATH();
+
 #include <cstdint>
 #include <string>
 #include <vector>

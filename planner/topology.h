@@ -18,6 +18,9 @@
 #ifndef MESHFLOW_PLANNER_TOPOLOGY_H_
 #define MESHFLOW_PLANNER_TOPOLOGY_H_
 
+#include "meshflow/base/include_check.h"
+MESHFLOW_CHECK_INCLUDE_PATH();
+
 #include <optional>
 #include <string>
 #include <string_view>

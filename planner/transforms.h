@@ -39,6 +39,9 @@
 #ifndef MESHFLOW_PLANNER_TRANSFORMS_H_
 #define MESHFLOW_PLANNER_TRANSFORMS_H_
 
+#include "meshflow/base/include_check.h"
+MESHFLOW_CHECK_INCLUDE_PATH();
+
 #include <vector>
 
 #include "meshflow/base/status.h"

@@ -28,6 +28,9 @@
 #ifndef MESHFLOW_RUNTIME_ALLOCATOR_H_
 #define MESHFLOW_RUNTIME_ALLOCATOR_H_
 
+#include "meshflow/base/include_check.h"
+MESHFLOW_CHECK_INCLUDE_PATH();
+
 #include <cstddef>
 #include <cstdint>
 #include <memory>

@@ -14,6 +14,9 @@
 #ifndef MESHFLOW_RUNTIME_DEVICE_H_
 #define MESHFLOW_RUNTIME_DEVICE_H_
 
+#include "meshflow/base/include_check.h"
+MESHFLOW_CHECK_INCLUDE_PATH();
+
 #include <string>
 #include <string_view>
 #include <variant>

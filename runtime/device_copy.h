@@ -13,6 +13,9 @@
 #ifndef MESHFLOW_RUNTIME_DEVICE_COPY_H_
 #define MESHFLOW_RUNTIME_DEVICE_COPY_H_
 
+#include "meshflow/base/include_check.h"
+MESHFLOW_CHECK_INCLUDE_PATH();
+
 #include "meshflow/base/status.h"
 #include "meshflow/dtensor/dtensor.h"
 #include "meshflow/dtensor/tensor.h"

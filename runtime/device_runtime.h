@@ -24,6 +24,9 @@
 #ifndef MESHFLOW_RUNTIME_DEVICE_RUNTIME_H_
 #define MESHFLOW_RUNTIME_DEVICE_RUNTIME_H_
 
+#include "meshflow/base/include_check.h"
+MESHFLOW_CHECK_INCLUDE_PATH();
+
 #include <cstdint>
 #include <memory>
 #include <span>

@@ -33,6 +33,9 @@
 #ifndef MESHFLOW_RUNTIME_EXECUTOR_H_
 #define MESHFLOW_RUNTIME_EXECUTOR_H_
 
+#include "meshflow/base/include_check.h"
+MESHFLOW_CHECK_INCLUDE_PATH();
+
 #include <memory>
 #include <vector>
 

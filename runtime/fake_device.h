@@ -20,6 +20,9 @@
 #ifndef MESHFLOW_RUNTIME_FAKE_DEVICE_H_
 #define MESHFLOW_RUNTIME_FAKE_DEVICE_H_
 
+#include "meshflow/base/include_check.h"
+MESHFLOW_CHECK_INCLUDE_PATH();
+
 #include <memory>
 #include <span>
 #include <string>

@@ -10,6 +10,9 @@
 #ifndef MESHFLOW_RUNTIME_PENDING_H_
 #define MESHFLOW_RUNTIME_PENDING_H_
 
+#include "meshflow/base/include_check.h"
+MESHFLOW_CHECK_INCLUDE_PATH();
+
 #include <atomic>
 #include <memory>
 

@@ -19,6 +19,9 @@
 #ifndef MESHFLOW_RUNTIME_PREFETCH_CACHE_H_
 #define MESHFLOW_RUNTIME_PREFETCH_CACHE_H_
 
+#include "meshflow/base/include_check.h"
+MESHFLOW_CHECK_INCLUDE_PATH();
+
 #include <cstdint>
 #include <optional>
 #include <vector>

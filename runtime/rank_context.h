@@ -39,6 +39,9 @@
 #ifndef MESHFLOW_RUNTIME_RANK_CONTEXT_H_
 #define MESHFLOW_RUNTIME_RANK_CONTEXT_H_
 
+#include "meshflow/base/include_check.h"
+MESHFLOW_CHECK_INCLUDE_PATH();
+
 #include <functional>
 #include <memory>
 #include <span>

@@ -21,6 +21,9 @@
 #ifndef MESHFLOW_RUNTIME_REDISTRIBUTE_H_
 #define MESHFLOW_RUNTIME_REDISTRIBUTE_H_
 
+#include "meshflow/base/include_check.h"
+MESHFLOW_CHECK_INCLUDE_PATH();
+
 #include <optional>
 #include <vector>
 

@@ -7,6 +7,9 @@
 #ifndef MESHFLOW_RUNTIME_REGION_COPY_H_
 #define MESHFLOW_RUNTIME_REGION_COPY_H_
 
+#include "meshflow/base/include_check.h"
+MESHFLOW_CHECK_INCLUDE_PATH();
+
 #include <cstddef>
 #include <cstdint>
 #include <span>

@@ -15,6 +15,9 @@
 #ifndef MESHFLOW_RUNTIME_SEND_RECV_CACHE_H_
 #define MESHFLOW_RUNTIME_SEND_RECV_CACHE_H_
 
+#include "meshflow/base/include_check.h"
+MESHFLOW_CHECK_INCLUDE_PATH();
+
 #include <cstddef>
 #include <cstdint>
 #include <memory>

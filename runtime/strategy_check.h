@@ -3,6 +3,9 @@
 #ifndef MESHFLOW_RUNTIME_STRATEGY_CHECK_H_
 #define MESHFLOW_RUNTIME_STRATEGY_CHECK_H_
 
+#include "meshflow/base/include_check.h"
+MESHFLOW_CHECK_INCLUDE_PATH();
+
 #include <span>
 #include <string>
 #include <vector>

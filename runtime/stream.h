@@ -41,6 +41,9 @@
 #ifndef MESHFLOW_RUNTIME_STREAM_H_
 #define MESHFLOW_RUNTIME_STREAM_H_
 
+#include "meshflow/base/include_check.h"
+MESHFLOW_CHECK_INCLUDE_PATH();
+
 #include <chrono>
 #include <cstdint>
 #include <functional>

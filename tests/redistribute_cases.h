@@ -13,6 +13,9 @@
 #ifndef MESHFLOW_TESTS_REDISTRIBUTE_CASES_H_
 #define MESHFLOW_TESTS_REDISTRIBUTE_CASES_H_
 
+#include "meshflow/base/include_check.h"
+MESHFLOW_CHECK_INCLUDE_PATH();
+
 #include <cstdint>
 #include <memory>
 #include <optional>

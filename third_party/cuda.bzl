@@ -39,7 +39,7 @@ def cuda_object(name, src, hdrs = [], **kwargs):
     root = "." if repo == "@" else "external/" + repo[1:]
     native.genrule(
         name = name,
-        srcs = [src] + hdrs,
+        srcs = [src] + hdrs + [str(Label("//base:include_check.h"))],
         outs = [name + ".o"],
         cmd = ("INC=$$(mktemp -d); trap 'rm -rf \"$$INC\"' EXIT; ln -s \"$$PWD/%s\" \"$$INC/meshflow\"; " +
                "%s/bin/nvcc -c %s %s -I\"$$INC\" $(location %s) -o $@") %

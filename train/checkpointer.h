@@ -29,6 +29,9 @@
 #ifndef MESHFLOW_TRAIN_CHECKPOINTER_H_
 #define MESHFLOW_TRAIN_CHECKPOINTER_H_
 
+#include "meshflow/base/include_check.h"
+MESHFLOW_CHECK_INCLUDE_PATH();
+
 #include <cstdint>
 #include <memory>
 #include <optional>

@@ -62,6 +62,9 @@
 #ifndef MESHFLOW_TRAIN_COMPILED_STEP_H_
 #define MESHFLOW_TRAIN_COMPILED_STEP_H_
 
+#include "meshflow/base/include_check.h"
+MESHFLOW_CHECK_INCLUDE_PATH();
+
 #include <cstdint>
 #include <memory>
 #include <optional>

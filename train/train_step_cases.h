@@ -12,6 +12,9 @@
 #ifndef MESHFLOW_TRAIN_TRAIN_STEP_CASES_H_
 #define MESHFLOW_TRAIN_TRAIN_STEP_CASES_H_
 
+#include "meshflow/base/include_check.h"
+MESHFLOW_CHECK_INCLUDE_PATH();
+
 #include <functional>
 #include <optional>
 #include <string>

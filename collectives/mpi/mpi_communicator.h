@@ -121,6 +121,9 @@
 #ifndef MESHFLOW_COLLECTIVES_MPI_MPI_COMMUNICATOR_H_
 #define MESHFLOW_COLLECTIVES_MPI_MPI_COMMUNICATOR_H_
 
+#include "meshflow/base/include_check.h"
+MESHFLOW_CHECK_INCLUDE_PATH();
+
 #include <mpi.h>
 
 #include <chrono>

@@ -82,6 +82,9 @@
 #ifndef MESHFLOW_COLLECTIVES_NCCL_NCCL_COMMUNICATOR_H_
 #define MESHFLOW_COLLECTIVES_NCCL_NCCL_COMMUNICATOR_H_
 
+#include "meshflow/base/include_check.h"
+MESHFLOW_CHECK_INCLUDE_PATH();
+
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 

@@ -21,6 +21,9 @@
 #ifndef MESHFLOW_COLLECTIVES_NCCL_NCCL_MPI_H_
 #define MESHFLOW_COLLECTIVES_NCCL_NCCL_MPI_H_
 
+#include "meshflow/base/include_check.h"
+MESHFLOW_CHECK_INCLUDE_PATH();
+
 #include <memory>
 
 #include "meshflow/base/status.h"

@@ -72,6 +72,9 @@
 #ifndef MESHFLOW_COLLECTIVES_STAGED_STAGED_COMMUNICATOR_H_
 #define MESHFLOW_COLLECTIVES_STAGED_STAGED_COMMUNICATOR_H_
 
+#include "meshflow/base/include_check.h"
+MESHFLOW_CHECK_INCLUDE_PATH();
+
 #include <cstddef>
 #include <cstdint>
 #include <functional>

@@ -77,6 +77,9 @@
 #ifndef MESHFLOW_COLLECTIVES_THREADS_THREADS_WORLD_H_
 #define MESHFLOW_COLLECTIVES_THREADS_THREADS_WORLD_H_
 
+#include "meshflow/base/include_check.h"
+MESHFLOW_CHECK_INCLUDE_PATH();
+
 #include <chrono>
 #include <functional>
 #include <memory>

@@ -19,6 +19,9 @@
 #ifndef MESHFLOW_OPS_CUDA_CUBLAS_MATMUL_H_
 #define MESHFLOW_OPS_CUDA_CUBLAS_MATMUL_H_
 
+#include "meshflow/base/include_check.h"
+MESHFLOW_CHECK_INCLUDE_PATH();
+
 #include <cuda_runtime_api.h>
 
 #include <cstdint>

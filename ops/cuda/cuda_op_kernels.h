@@ -28,6 +28,9 @@
 #ifndef MESHFLOW_OPS_CUDA_CUDA_OP_KERNELS_H_
 #define MESHFLOW_OPS_CUDA_CUDA_OP_KERNELS_H_
 
+#include "meshflow/base/include_check.h"
+MESHFLOW_CHECK_INCLUDE_PATH();
+
 #include <memory>
 #include <span>
 

@@ -11,6 +11,9 @@
 #ifndef MESHFLOW_OPS_CUDA_OP_KERNELS_LAUNCH_H_
 #define MESHFLOW_OPS_CUDA_OP_KERNELS_LAUNCH_H_
 
+#include "meshflow/base/include_check.h"
+MESHFLOW_CHECK_INCLUDE_PATH();
+
 #include <cuda_runtime_api.h>
 
 #include <cstddef>

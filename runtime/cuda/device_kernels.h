@@ -23,6 +23,9 @@
 #ifndef MESHFLOW_RUNTIME_CUDA_DEVICE_KERNELS_H_
 #define MESHFLOW_RUNTIME_CUDA_DEVICE_KERNELS_H_
 
+#include "meshflow/base/include_check.h"
+MESHFLOW_CHECK_INCLUDE_PATH();
+
 #include <cuda_runtime_api.h>
 
 #include <cstdint>

@@ -10,6 +10,9 @@
 #ifndef MESHFLOW_RUNTIME_CUDA_DEVICE_KERNELS_LAUNCH_H_
 #define MESHFLOW_RUNTIME_CUDA_DEVICE_KERNELS_LAUNCH_H_
 
+#include "meshflow/base/include_check.h"
+MESHFLOW_CHECK_INCLUDE_PATH();
+
 #include <cuda_runtime_api.h>
 
 #include <cstdint>

@@ -14,6 +14,9 @@
 #ifndef MESHFLOW_TESTS_FUZZ_FUZZ_INPUT_H_
 #define MESHFLOW_TESTS_FUZZ_FUZZ_INPUT_H_
 
+#include "meshflow/base/include_check.h"
+MESHFLOW_CHECK_INCLUDE_PATH();
+
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
