@@ -67,20 +67,35 @@ struct Gen {
       return *l;
     }
   }
+  // A random redistribution problem: two layouts with the same Partial op (if any), and the
+  // default topology or one whose last mesh dim is the only intra-node one.
+  struct Case {
+    DeviceMesh mesh;
+    std::vector<int64_t> shape;
+    Layout from, to;
+    Topology topo;
+  };
+  Case RandomCase() {
+    static const ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax, ReduceOp::kMin};
+    DeviceMesh mesh = Mesh();
+    std::vector<int64_t> shape = Shape();
+    const ReduceOp op = kOps[Uniform(0, 3)];
+    Layout from = RandomLayout(shape, mesh, op);
+    Layout to = RandomLayout(shape, mesh, op);
+    Topology topo = Uniform(0, 1) ? Topology() : *ParseTopology("intra=" + std::to_string(mesh.ndim() - 1));
+    return Case{std::move(mesh), std::move(shape), std::move(from), std::move(to), std::move(topo)};
+  }
 };
 
 TEST(RandomPlansTest, OptimalNeverWorseThanGreedyAndAlwaysExecutable) {
   Gen gen{std::mt19937(12345)};
   constexpr int kCases = 400;
   int greedy_ok = 0, optimal_cheaper = 0, partial_sources = 0, explicit_orders = 0;
-  static const ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax, ReduceOp::kMin};
   for (int i = 0; i < kCases; ++i) {
-    const DeviceMesh mesh = gen.Mesh();
-    const std::vector<int64_t> shape = gen.Shape();
-    const ReduceOp op = kOps[gen.Uniform(0, 3)];
-    const Layout from = gen.RandomLayout(shape, mesh, op);
-    const Layout to = gen.RandomLayout(shape, mesh, op);
-    const Topology topo = gen.Uniform(0, 1) ? Topology() : *ParseTopology("intra=" + std::to_string(mesh.ndim() - 1));
+    const Gen::Case c = gen.RandomCase();
+    const Layout& from = c.from;
+    const Layout& to = c.to;
+    const Topology& topo = c.topo;
     SCOPED_TRACE("case " + std::to_string(i) + ": " + from.ToString() + " -> " + to.PlacementsString() + " topo " +
                  topo.ToString());
     partial_sources += from.HasPartial() ? 1 : 0;
@@ -128,14 +143,11 @@ TEST(RandomPlansTest, BudgetedSearchNeverWorseThanGreedy) {
   Gen gen{std::mt19937(2024)};
   constexpr int kCases = 300;
   int compared = 0, stopped = 0;
-  static const ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax, ReduceOp::kMin};
   for (int i = 0; i < kCases; ++i) {
-    const DeviceMesh mesh = gen.Mesh();
-    const std::vector<int64_t> shape = gen.Shape();
-    const ReduceOp op = kOps[gen.Uniform(0, 3)];
-    const Layout from = gen.RandomLayout(shape, mesh, op);
-    const Layout to = gen.RandomLayout(shape, mesh, op);
-    const Topology topo = gen.Uniform(0, 1) ? Topology() : *ParseTopology("intra=" + std::to_string(mesh.ndim() - 1));
+    const Gen::Case c = gen.RandomCase();
+    const Layout& from = c.from;
+    const Layout& to = c.to;
+    const Topology& topo = c.topo;
     const int64_t max_edges = std::vector<int64_t>{1, 5, 30, 200}[static_cast<size_t>(gen.Uniform(0, 3))];
     SCOPED_TRACE("case " + std::to_string(i) + ": " + from.ToString() + " -> " + to.PlacementsString() + " topo " +
                  topo.ToString() + " max_edges " + std::to_string(max_edges));
