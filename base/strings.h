@@ -13,11 +13,13 @@
 #include "meshflow/base/include_check.h"
 MESHFLOW_CHECK_INCLUDE_PATH();
 
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 namespace meshflow {
@@ -38,6 +40,10 @@ std::string FixedString(double v, int digits);
 // empty field; "" gives one empty field), so that a caller can name the empty one in its error.
 // The views point into `s`.
 std::vector<std::string_view> SplitString(std::string_view s, char sep);
+// A temporary std::string would leave the views dangling: keep it in a variable first.
+template <typename S>
+  requires(std::same_as<std::remove_cvref_t<S>, std::string> && !std::is_lvalue_reference_v<S>)
+std::vector<std::string_view> SplitString(S&& s, char sep) = delete;
 
 }  // namespace meshflow
 

@@ -275,7 +275,8 @@ StatusOr<DeviceMesh> MeshFromArgs(const Args& a, int64_t* max_memory_mib) {
   MF_ASSIGN_OR_RETURN(std::vector<int64_t> mesh_shape, ParseIntList(FlagValue(a, "mesh"), 'x', "mesh"));
   std::vector<std::string> names;
   if (a.values.count("names")) {
-    for (std::string_view n : SplitString(FlagValue(a, "names"), ',')) names.emplace_back(n);
+    const std::string text = FlagValue(a, "names");  // SplitString's views point into it
+    for (std::string_view n : SplitString(text, ',')) names.emplace_back(n);
   }
   MF_ASSIGN_OR_RETURN(*max_memory_mib, MaxMemoryMiB(a));
   return DeviceMesh::Create(mesh_shape, names);
