@@ -233,6 +233,7 @@ class GroupState {
     const auto it = std::find(world_ranks_.begin(), world_ranks_.end(), world_rank);
     if (it == world_ranks_.end()) return;
     exited_[static_cast<size_t>(it - world_ranks_.begin())] = true;
+    any_exited_ = true;
     if (count_ > 0) {
       if (Status s = ExitedMemberErrorLocked(); !s.ok()) BreakLocked(s);
     }
@@ -300,6 +301,7 @@ class GroupState {
   // With at least one member waiting in a collective: FailedPrecondition when a member that has not
   // arrived has returned from its rank function, else OK. Requires mu_.
   Status ExitedMemberErrorLocked() const {
+    if (!any_exited_) return Status();  // every arrival that waits comes here: keep it O(1)
     int gone = -1, first = -1;
     std::vector<int> waiting;
     for (int r = 0; r < n_; ++r) {
@@ -358,6 +360,7 @@ class GroupState {
   std::vector<Post> posts_;
   std::vector<bool> arrived_;
   std::vector<bool> exited_;  // members whose rank function returned
+  bool any_exited_ = false;
   int count_ = 0;
   std::atomic<uint64_t> generation_{0};  // written under mu_; read without it in AwaitGeneration
   Status broken_;
